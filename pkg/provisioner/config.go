@@ -1,0 +1,63 @@
+package provisioner
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config holds the behaviour switches of a Provisioner. Zero values are
+// replaced by the defaults documented on each field (see Config.withDefaults).
+type Config struct {
+	// DriverName is the CSI driver's name as reported by GetPluginInfo. It is
+	// the provisioner name StorageClasses refer to. Required.
+	DriverName string
+	// SupportsTopology is true when the driver advertises the
+	// VOLUME_ACCESSIBILITY_CONSTRAINTS plugin capability. Without it no
+	// accessibility requirements are sent and PVs get no nodeAffinity.
+	SupportsTopology bool
+	// SupportsSingleNodeMultiWriter is true when the driver advertises the
+	// SINGLE_NODE_MULTI_WRITER controller capability; it selects the CSI access
+	// modes used for ReadWriteOnce and ReadWriteOncePod.
+	SupportsSingleNodeMultiWriter bool
+	// StrictTopology restricts both requisite and preferred topology to the
+	// selected node's segment for delayed binding.
+	StrictTopology bool
+	// ImmediateTopology sends all known segments of the driver as requisite
+	// topology for immediate-binding claims of classes without allowedTopologies.
+	ImmediateTopology bool
+	// ExtraCreateMetadata adds the PVC name and namespace and the PV name to
+	// CreateVolume parameters.
+	ExtraCreateMetadata bool
+	// DefaultFSType is the filesystem type used when the class does not set
+	// csi.storage.k8s.io/fstype. Empty means none.
+	DefaultFSType string
+	// VolumeNamePrefix is the prefix of the CSI volume name. Default "pvc".
+	VolumeNamePrefix string
+	// VolumeNameUUIDLength truncates the PVC UID (dashes removed) in the CSI
+	// volume name to this many characters. Negative or zero keeps the full UID.
+	VolumeNameUUIDLength int
+	// Timeout bounds every CSI call. Default 10s.
+	Timeout time.Duration
+}
+
+const (
+	defaultVolumeNamePrefix = "pvc"
+	defaultTimeout          = 10 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.VolumeNamePrefix == "" {
+		c.VolumeNamePrefix = defaultVolumeNamePrefix
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = defaultTimeout
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.DriverName == "" {
+		return fmt.Errorf("driver name is required")
+	}
+	return nil
+}

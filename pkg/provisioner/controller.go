@@ -1,0 +1,219 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+// ControllerConfig configures a Controller.
+type ControllerConfig struct {
+	// Provisioner configures the Provisioner.
+	Provisioner Config
+	// WorkerThreads is the number of claims and volumes processed at once. Default 100.
+	WorkerThreads int
+	// RetryIntervalStart and RetryIntervalMax bound the exponential backoff of
+	// failed provisions and deletions. Defaults 1s and 5m.
+	RetryIntervalStart, RetryIntervalMax time.Duration
+	// ResyncPeriod of the informers. Default 15m.
+	ResyncPeriod time.Duration
+	// LeaderElection makes only the holder of a Lease provision.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease. Default: the pod's namespace.
+	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election.
+	// Defaults 15s, 10s and 5s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+func (c ControllerConfig) withDefaults() ControllerConfig {
+	if c.WorkerThreads <= 0 {
+		c.WorkerThreads = 100
+	}
+	if c.RetryIntervalStart <= 0 {
+		c.RetryIntervalStart = time.Second
+	}
+	if c.RetryIntervalMax <= 0 {
+		c.RetryIntervalMax = 5 * time.Minute
+	}
+	if c.ResyncPeriod <= 0 {
+		c.ResyncPeriod = 15 * time.Minute
+	}
+	if c.LeaseDuration <= 0 {
+		c.LeaseDuration = 15 * time.Second
+	}
+	if c.RenewDeadline <= 0 {
+		c.RenewDeadline = 10 * time.Second
+	}
+	if c.RetryPeriod <= 0 {
+		c.RetryPeriod = 5 * time.Second
+	}
+	return c
+}
+
+// Clients are the API clients of a Controller, each with its own client-side
+// rate limit so that none starves another.
+type Clients struct {
+	// Work reads (informers) and writes PVs and claims.
+	Work kubernetes.Interface
+	// Events posts Events; may be Work.
+	Events kubernetes.Interface
+	// LeaderElection renews the Lease; may be Work. Used only with
+	// ControllerConfig.LeaderElection.
+	LeaderElection kubernetes.Interface
+}
+
+// Controller runs a Provisioner inside the library's ProvisionController,
+// with every informer from one shared informer factory.
+type Controller struct {
+	cfg         ControllerConfig
+	clients     Clients
+	factory     informers.SharedInformerFactory
+	provisioner *Provisioner
+	lib         *controller.ProvisionController
+	index       *topology.Index
+}
+
+// NewController wires a Provisioner for the driver behind csiClient.
+func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, csiClient ControllerClient) (*Controller, error) {
+	if clients.Events == nil {
+		clients.Events = clients.Work
+	}
+	if clients.LeaderElection == nil {
+		clients.LeaderElection = clients.Work
+	}
+	client := clients.Work
+	cfg = cfg.withDefaults()
+	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
+		return nil, fmt.Errorf("retry interval max %s is below retry interval start %s", cfg.RetryIntervalMax, cfg.RetryIntervalStart)
+	}
+	factory := informers.NewSharedInformerFactory(client, cfg.ResyncPeriod)
+	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
+	volumes := factory.Core().V1().PersistentVolumes().Informer()
+	classes := factory.Storage().V1().StorageClasses().Informer()
+	nodes := factory.Core().V1().Nodes()
+	csiNodes := factory.Storage().V1().CSINodes()
+
+	index := topology.NewIndex(cfg.Provisioner.DriverName)
+	if _, err := nodes.Informer().AddEventHandler(nodeIndexHandler(index)); err != nil {
+		return nil, fmt.Errorf("watching nodes: %w", err)
+	}
+	if _, err := csiNodes.Informer().AddEventHandler(csiNodeIndexHandler(index)); err != nil {
+		return nil, fmt.Errorf("watching CSINodes: %w", err)
+	}
+	decisions := NewDecisionLog()
+	p, err := New(cfg.Provisioner, Deps{
+		CSI:       csiClient,
+		Secrets:   client.CoreV1(),
+		CSINodes:  csiNodes.Lister(),
+		Index:     index,
+		Decisions: decisions,
+	})
+	if err != nil {
+		return nil, err
+	}
+	opts := []func(*controller.ProvisionController) error{
+		controller.ClaimsInformer(claims),
+		controller.VolumesInformer(volumes),
+		controller.ClassesInformer(classes),
+		controller.NodesLister(nodes.Lister()),
+		controller.Threadiness(cfg.WorkerThreads),
+		controller.ResyncPeriod(cfg.ResyncPeriod),
+		controller.RateLimiter(workqueue.NewItemExponentialFailureRateLimiter(cfg.RetryIntervalStart, cfg.RetryIntervalMax)),
+		controller.CreateProvisionedPVLimiter(workqueue.DefaultControllerRateLimiter()),
+		controller.AddFinalizer(true),
+		controller.FailedProvisionThreshold(0),
+		controller.FailedDeleteThreshold(0),
+		// Leader election is ours (runLeaderElected): the library's exits
+		// the process when its context ends, so SIGTERM could not be clean.
+		controller.LeaderElection(false),
+	}
+	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(clients.Work, clients.Events, decisions),
+		cfg.Provisioner.DriverName, p, opts...)
+	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index}, nil
+}
+
+// Provisioner returns the Provisioner the controller runs.
+func (c *Controller) Provisioner() *Provisioner { return c.provisioner }
+
+// Run starts the informers, waits for their caches and runs the library's
+// controller (behind leader election when configured) until ctx is done.
+// Informers run on standby replicas too, so a new leader starts warm.
+func (c *Controller) Run(ctx context.Context) error {
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer cache for %v did not sync", typ)
+		}
+	}
+	if !c.cfg.LeaderElection {
+		c.lib.Run(ctx)
+		return nil
+	}
+	return runLeaderElected(ctx, c.cfg, c.clients.LeaderElection, c.lib.Run)
+}
+
+// nodeIndexHandler keeps the segment index current with Node events.
+func nodeIndexHandler(index *topology.Index) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { upsertNode(index, obj) },
+		UpdateFunc: func(_, obj any) { upsertNode(index, obj) },
+		DeleteFunc: func(obj any) {
+			if name, ok := objectName(obj); ok {
+				index.DeleteNode(name)
+			}
+		},
+	}
+}
+
+func upsertNode(index *topology.Index, obj any) {
+	if node, ok := obj.(*v1.Node); ok {
+		index.UpsertNode(node)
+	}
+}
+
+// csiNodeIndexHandler keeps the segment index current with CSINode events.
+func csiNodeIndexHandler(index *topology.Index) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { upsertCSINode(index, obj) },
+		UpdateFunc: func(_, obj any) { upsertCSINode(index, obj) },
+		DeleteFunc: func(obj any) {
+			if name, ok := objectName(obj); ok {
+				index.DeleteCSINode(name)
+			}
+		},
+	}
+}
+
+func upsertCSINode(index *topology.Index, obj any) {
+	if n, ok := obj.(*storagev1.CSINode); ok {
+		index.UpsertCSINode(n)
+	}
+}
+
+// objectName returns the name of a deleted object, also when the informer
+// only has a tombstone for it.
+func objectName(obj any) (string, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	switch o := obj.(type) {
+	case *v1.Node:
+		return o.Name, true
+	case *storagev1.CSINode:
+		return o.Name, true
+	}
+	return "", false
+}

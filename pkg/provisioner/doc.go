@@ -1,0 +1,20 @@
+// Package provisioner implements the sig-storage-lib-external-provisioner v10
+// controller.Provisioner for a CSI driver, with end-to-end topology awareness.
+//
+// For a claim of a WaitForFirstConsumer class, Provision derives the CSI
+// accessibility requirements from the scheduler's selected node (its topology
+// labels for the keys its CSINode entry lists) intersected with the class's
+// allowedTopologies (package topology), calls CreateVolume with a
+// deterministic name, and returns a PersistentVolume whose nodeAffinity is
+// built from the volume's accessible topology.
+//
+// Errors are mapped onto the library's ProvisioningState so that a claim whose
+// selected node can never host the volume goes back to the scheduler
+// (ProvisioningReschedule), transient driver errors are retried with the same
+// volume name (ProvisioningInBackground), and everything else is reported once
+// as a final error with an Event that an operator can act on.
+//
+// Every read of StorageClass, Node, CSINode, PV and PVC objects comes from
+// informers of one shared informer factory (see Controller); the only API GETs
+// are for Secrets named by a class's secret parameters.
+package provisioner

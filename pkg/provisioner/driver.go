@@ -1,0 +1,79 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-lib-utils/rpc"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+)
+
+// DriverInfo is what the provisioner learns from the driver at start-up.
+type DriverInfo struct {
+	// Name is the driver name from GetPluginInfo.
+	Name string
+	// SupportsTopology: the VOLUME_ACCESSIBILITY_CONSTRAINTS plugin capability.
+	SupportsTopology bool
+	// SupportsSingleNodeMultiWriter: the SINGLE_NODE_MULTI_WRITER controller capability.
+	SupportsSingleNodeMultiWriter bool
+	// SupportsCapacity: the GET_CAPACITY controller capability.
+	SupportsCapacity bool
+}
+
+// ConnectDriver connects to the driver's controller socket, waits until its
+// Probe reports ready, and reads its name and capabilities. It fails when the
+// driver has no controller service or lacks CREATE_DELETE_VOLUME, because the
+// provisioner could not do anything with it. The connection is returned even
+// when reading the driver fails after connecting, so the caller can close it.
+func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration) (*grpc.ClientConn, DriverInfo, error) {
+	logger := klog.FromContext(ctx)
+	conn, err := connection.Connect(ctx, address, mm, connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
+	if err != nil {
+		return nil, DriverInfo{}, fmt.Errorf("connecting to CSI driver at %q: %w", address, err)
+	}
+	info, err := readDriver(ctx, conn, probeTimeout)
+	if err != nil {
+		return conn, DriverInfo{}, err
+	}
+	if mm != nil {
+		mm.SetDriverName(info.Name)
+	}
+	logger.Info("Connected to CSI driver", "driver", info.Name, "topology", info.SupportsTopology,
+		"capacity", info.SupportsCapacity)
+	return conn, info, nil
+}
+
+func readDriver(ctx context.Context, conn *grpc.ClientConn, probeTimeout time.Duration) (DriverInfo, error) {
+	if err := rpc.ProbeForever(ctx, conn, probeTimeout); err != nil {
+		return DriverInfo{}, fmt.Errorf("waiting for the CSI driver to become ready: %w", err)
+	}
+	name, err := rpc.GetDriverName(ctx, conn)
+	if err != nil {
+		return DriverInfo{}, fmt.Errorf("reading the CSI driver name: %w", err)
+	}
+	pluginCaps, err := rpc.GetPluginCapabilities(ctx, conn)
+	if err != nil {
+		return DriverInfo{}, fmt.Errorf("reading plugin capabilities of %q: %w", name, err)
+	}
+	if !pluginCaps[csi.PluginCapability_Service_CONTROLLER_SERVICE] {
+		return DriverInfo{}, fmt.Errorf("CSI driver %q has no controller service; it cannot provision volumes", name)
+	}
+	ctrlCaps, err := rpc.GetControllerCapabilities(ctx, conn)
+	if err != nil {
+		return DriverInfo{}, fmt.Errorf("reading controller capabilities of %q: %w", name, err)
+	}
+	if !ctrlCaps[csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
+		return DriverInfo{}, fmt.Errorf("CSI driver %q lacks the CREATE_DELETE_VOLUME capability; it cannot provision volumes", name)
+	}
+	return DriverInfo{
+		Name:                          name,
+		SupportsTopology:              pluginCaps[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS],
+		SupportsSingleNodeMultiWriter: ctrlCaps[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER],
+		SupportsCapacity:              ctrlCaps[csi.ControllerServiceCapability_RPC_GET_CAPACITY],
+	}, nil
+}

@@ -1,0 +1,144 @@
+package provisioner
+
+import (
+	"context"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+)
+
+// Event reasons the provisioning library posts on claims.
+const (
+	reasonProvisioning          = "Provisioning"
+	reasonProvisioningSucceeded = "ProvisioningSucceeded"
+)
+
+// DecisionLog carries the topology decision of a successful provision from
+// Provision to the claim's ProvisioningSucceeded Event, so that one Event per
+// volume tells both that and where it was provisioned. Safe for concurrent use.
+type DecisionLog struct {
+	mu        sync.Mutex
+	decisions map[types.UID]string
+}
+
+// NewDecisionLog returns an empty DecisionLog.
+func NewDecisionLog() *DecisionLog {
+	return &DecisionLog{decisions: map[types.UID]string{}}
+}
+
+// Record stores the decision for a claim, replacing an earlier one.
+func (l *DecisionLog) Record(uid types.UID, decision string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.decisions[uid] = decision
+}
+
+// Take returns and forgets the decision for a claim.
+func (l *DecisionLog) Take(uid types.UID) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, ok := l.decisions[uid]
+	delete(l.decisions, uid)
+	return d, ok
+}
+
+// Len returns how many decisions wait for their Event.
+func (l *DecisionLog) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.decisions)
+}
+
+// WithEventSink returns a clientset for the provisioning library whose Events
+// go through events (a clientset with its own client-side rate limit, so
+// Events neither starve nor are starved by the work) and are trimmed to one
+// per provisioned volume: the library's "Provisioning" Event is dropped and
+// its "ProvisioningSucceeded" Event carries the decision from log. Every
+// other call goes to client.
+func WithEventSink(client, events kubernetes.Interface, log *DecisionLog) kubernetes.Interface {
+	return &eventSinkClient{
+		Interface: client,
+		core:      &eventSinkCoreV1{CoreV1Interface: client.CoreV1(), events: events.CoreV1(), log: log},
+	}
+}
+
+type eventSinkClient struct {
+	kubernetes.Interface
+	core corev1client.CoreV1Interface
+}
+
+func (c *eventSinkClient) CoreV1() corev1client.CoreV1Interface { return c.core }
+
+type eventSinkCoreV1 struct {
+	corev1client.CoreV1Interface
+	events corev1client.EventsGetter
+	log    *DecisionLog
+}
+
+func (c *eventSinkCoreV1) Events(namespace string) corev1client.EventInterface {
+	return &trimmedEvents{EventInterface: c.events.Events(namespace), log: c.log}
+}
+
+// trimmedEvents implements the event sink methods the library's broadcaster
+// uses (EventSinkImpl) on top of a real EventInterface.
+type trimmedEvents struct {
+	corev1client.EventInterface
+	log *DecisionLog
+}
+
+func (e *trimmedEvents) rewrite(ev *v1.Event) (drop bool) {
+	switch ev.Reason {
+	case reasonProvisioning:
+		return true
+	case reasonProvisioningSucceeded:
+		if d, ok := e.log.Take(ev.InvolvedObject.UID); ok && d != "" {
+			ev.Message += ": " + d
+		}
+	}
+	return false
+}
+
+func (e *trimmedEvents) CreateWithEventNamespace(ev *v1.Event) (*v1.Event, error) {
+	if e.rewrite(ev) {
+		return ev, nil
+	}
+	return e.EventInterface.CreateWithEventNamespace(ev)
+}
+
+func (e *trimmedEvents) CreateWithEventNamespaceWithContext(ctx context.Context, ev *v1.Event) (*v1.Event, error) {
+	if e.rewrite(ev) {
+		return ev, nil
+	}
+	return e.EventInterface.CreateWithEventNamespaceWithContext(ctx, ev)
+}
+
+func (e *trimmedEvents) UpdateWithEventNamespace(ev *v1.Event) (*v1.Event, error) {
+	if ev.Reason == reasonProvisioning {
+		return ev, nil
+	}
+	return e.EventInterface.UpdateWithEventNamespace(ev)
+}
+
+func (e *trimmedEvents) UpdateWithEventNamespaceWithContext(ctx context.Context, ev *v1.Event) (*v1.Event, error) {
+	if ev.Reason == reasonProvisioning {
+		return ev, nil
+	}
+	return e.EventInterface.UpdateWithEventNamespaceWithContext(ctx, ev)
+}
+
+func (e *trimmedEvents) PatchWithEventNamespace(ev *v1.Event, data []byte) (*v1.Event, error) {
+	if ev.Reason == reasonProvisioning {
+		return ev, nil
+	}
+	return e.EventInterface.PatchWithEventNamespace(ev, data)
+}
+
+func (e *trimmedEvents) PatchWithEventNamespaceWithContext(ctx context.Context, ev *v1.Event, data []byte) (*v1.Event, error) {
+	if ev.Reason == reasonProvisioning {
+		return ev, nil
+	}
+	return e.EventInterface.PatchWithEventNamespaceWithContext(ctx, ev, data)
+}

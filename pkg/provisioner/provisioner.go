@@ -1,0 +1,258 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+// annSelectedNode is the scheduler's annotation on a delayed-binding claim.
+const annSelectedNode = "volume.kubernetes.io/selected-node"
+
+// ControllerClient is the subset of the CSI Controller service the
+// provisioner calls. csi.ControllerClient implements it; it must be safe for
+// concurrent use.
+type ControllerClient interface {
+	CreateVolume(ctx context.Context, in *csi.CreateVolumeRequest, opts ...grpc.CallOption) (*csi.CreateVolumeResponse, error)
+	DeleteVolume(ctx context.Context, in *csi.DeleteVolumeRequest, opts ...grpc.CallOption) (*csi.DeleteVolumeResponse, error)
+}
+
+// Deps are the collaborators of a Provisioner. All are required.
+type Deps struct {
+	// CSI is the driver's controller service.
+	CSI ControllerClient
+	// Secrets reads the Secrets a class references (the only API GETs).
+	Secrets corev1client.SecretsGetter
+	// CSINodes lists CSINode objects from an informer.
+	CSINodes storagelisters.CSINodeLister
+	// Index holds the driver's known topology segments, fed by informers.
+	Index *topology.Index
+	// Decisions receives the topology decision of each successful provision,
+	// to be reported in the claim's ProvisioningSucceeded Event. May be nil.
+	Decisions *DecisionLog
+}
+
+// Provisioner provisions and deletes volumes of one CSI driver. It implements
+// controller.Provisioner and controller.BlockProvisioner and is safe for
+// concurrent use by the library's workers.
+type Provisioner struct {
+	cfg  Config
+	deps Deps
+
+	mu sync.Mutex
+	// inBackground holds the volume names, by claim UID, whose last
+	// CreateVolume may still be running in the driver.
+	inBackground map[types.UID]string
+}
+
+var (
+	_ controller.Provisioner      = &Provisioner{}
+	_ controller.BlockProvisioner = &Provisioner{}
+)
+
+// New returns a Provisioner for cfg.DriverName.
+func New(cfg Config, deps Deps) (*Provisioner, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if deps.CSI == nil || deps.Secrets == nil || deps.CSINodes == nil || deps.Index == nil {
+		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
+	}
+	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}}, nil
+}
+
+// SupportsBlock reports that raw block claims are passed to the driver, which
+// rejects them if it cannot serve them.
+func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
+
+// Provision creates the volume of a claim and returns its PV. See the package
+// documentation for how errors map onto the returned state.
+func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	claim, class := opts.PVC, opts.StorageClass
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim), "storageClass", class.Name)
+	ctx = klog.NewContext(ctx, logger)
+	if class.Provisioner != p.cfg.DriverName {
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{
+			Reason: fmt.Sprintf("class %q belongs to provisioner %q", class.Name, class.Provisioner)}
+	}
+	selectedNode := claim.Annotations[annSelectedNode]
+	delayed := selectedNode != ""
+
+	req, err := p.buildCreateRequest(opts)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+	var decision string
+	if p.cfg.SupportsTopology {
+		reqs, err := p.requirements(opts, selectedNode)
+		if err != nil {
+			state, reason := requirementsState(err, delayed)
+			return p.fail(ctx, claim, req.csi.Name, state, reason, fmt.Errorf("computing topology requirements: %w", err))
+		}
+		req.csi.AccessibilityRequirements = reqs
+		decision = describeRequirements(selectedNode, reqs, p.cfg.StrictTopology)
+	}
+	if ref := req.secrets[secretProvisioner]; ref != nil {
+		if req.csi.Secrets, err = p.readSecret(ctx, ref); err != nil {
+			return nil, controller.ProvisioningNoChange, fmt.Errorf("reading provisioner secret: %w", err)
+		}
+	}
+
+	logger.V(5).Info("Calling CreateVolume", "request", protosanitizer.StripSecrets(req.csi))
+	callCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	resp, err := p.deps.CSI.CreateVolume(callCtx, req.csi)
+	cancel()
+	if err != nil {
+		state, reason := createVolumeState(err, delayed)
+		return p.fail(ctx, claim, req.csi.Name, state, reason, fmt.Errorf("CreateVolume %q: %w", req.csi.Name, err))
+	}
+	p.forgetBackground(claim.UID)
+
+	pv, err := p.buildPV(opts, req, resp)
+	if err != nil {
+		// The volume exists but cannot be described: remove it rather than leak it.
+		if derr := p.deleteVolume(ctx, resp.GetVolume().GetVolumeId(), req.csi.Secrets); derr != nil {
+			p.rememberBackground(claim.UID, req.csi.Name)
+			return nil, controller.ProvisioningInBackground, fmt.Errorf("%w (and removing the volume failed: %v)", err, derr)
+		}
+		return nil, controller.ProvisioningFinished, err
+	}
+	if p.deps.Decisions != nil {
+		p.deps.Decisions.Record(claim.UID, decision+placedIn(resp.GetVolume().GetAccessibleTopology()))
+	}
+	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeHandle", pv.Spec.CSI.VolumeHandle,
+		"decision", decision, "accessibleTopology", segmentsString(resp.GetVolume().GetAccessibleTopology()))
+	return pv, controller.ProvisioningFinished, nil
+}
+
+// fail records the outcome of a failed attempt. A claim that goes back to the
+// scheduler after an earlier attempt may still be running in the driver first
+// has that volume deleted, so that the new node's attempt cannot find (or
+// leak) a volume made for the old one.
+func (p *Provisioner) fail(ctx context.Context, claim *v1.PersistentVolumeClaim, name string, state controller.ProvisioningState, reason RescheduleReason, err error) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	logger := klog.FromContext(ctx)
+	switch state {
+	case controller.ProvisioningInBackground:
+		p.rememberBackground(claim.UID, name)
+	case controller.ProvisioningReschedule:
+		if pending, ok := p.backgroundName(claim.UID); ok {
+			if derr := p.deleteVolume(ctx, pending, nil); derr != nil {
+				return nil, controller.ProvisioningInBackground,
+					fmt.Errorf("%w; not rescheduling yet: removing volume %q of the earlier attempt failed: %v", err, pending, derr)
+			}
+			p.forgetBackground(claim.UID)
+		}
+		logger.V(2).Info("Returning claim to the scheduler", "reason", reason, "err", err)
+		err = fmt.Errorf("%w; asking the scheduler to pick another node (%s)", err, reason)
+	default:
+		p.forgetBackground(claim.UID)
+	}
+	return nil, state, err
+}
+
+func (p *Provisioner) rememberBackground(uid types.UID, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inBackground[uid] = name
+}
+
+func (p *Provisioner) forgetBackground(uid types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.inBackground, uid)
+}
+
+func (p *Provisioner) backgroundName(uid types.UID) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	name, ok := p.inBackground[uid]
+	return name, ok
+}
+
+// requirements computes the accessibility requirements of a claim from
+// informer data and the segment index.
+func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string) (*csi.TopologyRequirement, error) {
+	in := topology.RequirementsInput{
+		Driver:            p.cfg.DriverName,
+		SelectedNode:      opts.SelectedNode,
+		SelectedNodeName:  selectedNode,
+		AllowedTopologies: opts.StorageClass.AllowedTopologies,
+		Strict:            p.cfg.StrictTopology,
+		Immediate:         p.cfg.ImmediateTopology,
+		ClaimName:         opts.PVC.Name,
+		Index:             p.deps.Index,
+	}
+	if selectedNode != "" {
+		csiNode, err := p.deps.CSINodes.Get(selectedNode)
+		switch {
+		case apierrors.IsNotFound(err):
+			csiNode = nil
+		case err != nil:
+			return nil, fmt.Errorf("reading CSINode %q: %w", selectedNode, err)
+		}
+		in.CSINode = csiNode
+	}
+	return topology.Requirements(in)
+}
+
+// readSecret returns the data of a referenced Secret.
+func (p *Provisioner) readSecret(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
+	secret, err := p.deps.Secrets.Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(secret.Data))
+	for k, v := range secret.Data {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+// Delete removes the volume behind a PV of this driver. A volume the driver
+// no longer knows counts as deleted.
+func (p *Provisioner) Delete(ctx context.Context, pv *v1.PersistentVolume) error {
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.cfg.DriverName {
+		return &controller.IgnoredError{Reason: fmt.Sprintf("PV %q is not a volume of driver %q", pv.Name, p.cfg.DriverName)}
+	}
+	var secrets map[string]string
+	name, ns := pv.Annotations[annDeletionSecretName], pv.Annotations[annDeletionSecretNamespace]
+	if name != "" {
+		var err error
+		if secrets, err = p.readSecret(ctx, &v1.SecretReference{Name: name, Namespace: ns}); err != nil {
+			return fmt.Errorf("reading deletion secret of PV %q: %w", pv.Name, err)
+		}
+	}
+	return p.deleteVolume(ctx, pv.Spec.CSI.VolumeHandle, secrets)
+}
+
+func (p *Provisioner) deleteVolume(ctx context.Context, id string, secrets map[string]string) error {
+	if id == "" {
+		return nil
+	}
+	req := &csi.DeleteVolumeRequest{VolumeId: id, Secrets: secrets}
+	klog.FromContext(ctx).V(5).Info("Calling DeleteVolume", "request", protosanitizer.StripSecrets(req))
+	callCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	if _, err := p.deps.CSI.DeleteVolume(callCtx, req); err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("DeleteVolume %q: %w", id, err)
+	}
+	return nil
+}

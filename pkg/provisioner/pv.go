@@ -1,0 +1,114 @@
+package provisioner
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+// buildPV describes a created volume as a PersistentVolume. The library adds
+// the claimRef, the class name, the provisioned-by annotation and the
+// finalizer.
+func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createRequest, resp *csi.CreateVolumeResponse) (*v1.PersistentVolume, error) {
+	vol := resp.GetVolume()
+	if vol.GetVolumeId() == "" {
+		return nil, fmt.Errorf("driver returned no volume ID for %q", req.csi.Name)
+	}
+	size := vol.GetCapacityBytes()
+	required := req.csi.GetCapacityRange().GetRequiredBytes()
+	if size == 0 {
+		size = required
+	}
+	if size < required {
+		return nil, fmt.Errorf("driver created volume %q with %d bytes, less than the %d bytes requested", vol.GetVolumeId(), size, required)
+	}
+	class, claim := opts.StorageClass, opts.PVC
+	reclaim := v1.PersistentVolumeReclaimDelete
+	if class.ReclaimPolicy != nil {
+		reclaim = *class.ReclaimPolicy
+	}
+	source := &v1.CSIPersistentVolumeSource{
+		Driver:           p.cfg.DriverName,
+		VolumeHandle:     vol.GetVolumeId(),
+		VolumeAttributes: vol.GetVolumeContext(),
+		FSType:           req.fsType,
+	}
+	source.ControllerPublishSecretRef = req.secrets[secretControllerPublish]
+	source.NodeStageSecretRef = req.secrets[secretNodeStage]
+	source.NodePublishSecretRef = req.secrets[secretNodePublish]
+	source.ControllerExpandSecretRef = req.secrets[secretControllerExpand]
+	source.NodeExpandSecretRef = req.secrets[secretNodeExpand]
+
+	pv := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: opts.PVName},
+		Spec: v1.PersistentVolumeSpec{
+			AccessModes:                   claim.Spec.AccessModes,
+			MountOptions:                  class.MountOptions,
+			PersistentVolumeReclaimPolicy: reclaim,
+			VolumeMode:                    claim.Spec.VolumeMode,
+			Capacity: v1.ResourceList{
+				v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI),
+			},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: source},
+		},
+	}
+	if p.cfg.SupportsTopology {
+		pv.Spec.NodeAffinity = topology.NodeAffinity(vol.GetAccessibleTopology())
+	}
+	if ref := req.secrets[secretProvisioner]; ref != nil {
+		pv.Annotations = map[string]string{
+			annDeletionSecretName:      ref.Name,
+			annDeletionSecretNamespace: ref.Namespace,
+		}
+	}
+	return pv, nil
+}
+
+// describeRequirements says in an operator's words how the requirements of
+// a claim were chosen.
+func describeRequirements(selectedNode string, reqs *csi.TopologyRequirement, strict bool) string {
+	switch {
+	case reqs == nil:
+		return "no topology requirements"
+	case selectedNode != "":
+		mode := ""
+		if strict {
+			mode = ", strict topology"
+		}
+		return fmt.Sprintf("selected node %s, segment %s (%d allowed segment(s)%s)",
+			selectedNode, segmentString(reqs.GetPreferred()), len(reqs.GetRequisite()), mode)
+	default:
+		return fmt.Sprintf("immediate binding, preferred segment %s of %d allowed",
+			segmentString(reqs.GetPreferred()), len(reqs.GetRequisite()))
+	}
+}
+
+// placedIn describes where the driver made the volume.
+func placedIn(accessible []*csi.Topology) string {
+	if len(accessible) == 0 {
+		return "; volume accessible from every node"
+	}
+	return "; volume placed in " + segmentsString(accessible)
+}
+
+func segmentString(ts []*csi.Topology) string {
+	if len(ts) == 0 {
+		return "(none)"
+	}
+	return topology.Segment(ts[0].GetSegments()).String()
+}
+
+func segmentsString(ts []*csi.Topology) string {
+	parts := make([]string, 0, len(ts))
+	for _, t := range ts {
+		parts = append(parts, topology.Segment(t.GetSegments()).String())
+	}
+	return strings.Join(parts, " | ")
+}

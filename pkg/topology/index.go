@@ -1,0 +1,219 @@
+package topology
+
+import (
+	"sort"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// Index holds the distinct topology segments that the nodes of one driver
+// form, maintained incrementally from Node and CSINode events, so that a
+// claim's requirements cost O(segments), never O(nodes).
+//
+// A node contributes one segment when its CSINode lists the driver and its
+// labels carry a value for each of the driver's topology keys. Segments are
+// reference-counted per key set; the sorted slice Segments returns is cached
+// and rebuilt only after the set of segments changed.
+//
+// All methods are safe for concurrent use. Objects passed in are only read
+// and may be shared with an informer cache.
+type Index struct {
+	driver string
+
+	mu sync.Mutex
+	// labels and keys hold what the index knows of each node.
+	labels map[string]map[string]string
+	keys   map[string][]string
+	// contrib is the segment each node currently contributes.
+	contrib map[string]contribution
+	// sets holds the segments per key set.
+	sets map[string]*segmentSet
+}
+
+type contribution struct {
+	keySet  string
+	segment string
+}
+
+type segmentSet struct {
+	keys   []string
+	counts map[string]int
+	segs   map[string]Segment
+	sorted []Segment // nil when it must be rebuilt
+}
+
+// NewIndex returns an empty index for driver.
+func NewIndex(driver string) *Index {
+	return &Index{
+		driver:  driver,
+		labels:  map[string]map[string]string{},
+		keys:    map[string][]string{},
+		contrib: map[string]contribution{},
+		sets:    map[string]*segmentSet{},
+	}
+}
+
+// UpsertNode records a node's labels (on add and update).
+func (i *Index) UpsertNode(node *v1.Node) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.labels[node.Name] = node.Labels
+	i.recompute(node.Name)
+}
+
+// DeleteNode forgets a node's labels.
+func (i *Index) DeleteNode(name string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	delete(i.labels, name)
+	i.recompute(name)
+}
+
+// UpsertCSINode records the driver's topology keys on a node (on add and
+// update). A CSINode without an entry for the driver removes the node's keys.
+func (i *Index) UpsertCSINode(csiNode *storagev1.CSINode) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if keys, err := DriverKeys(csiNode, i.driver); err == nil {
+		i.keys[csiNode.Name] = keys
+	} else {
+		delete(i.keys, csiNode.Name)
+	}
+	i.recompute(csiNode.Name)
+}
+
+// DeleteCSINode forgets the driver's keys on a node.
+func (i *Index) DeleteCSINode(name string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	delete(i.keys, name)
+	i.recompute(name)
+}
+
+// recompute moves node's contribution to what its labels and keys say now.
+// Called with mu held.
+func (i *Index) recompute(node string) {
+	old, had := i.contrib[node]
+	var now contribution
+	var seg Segment
+	keys, hasKeys := i.keys[node]
+	labels, hasLabels := i.labels[node]
+	if hasKeys && hasLabels && len(keys) > 0 {
+		if s, missing := segmentFromLabels(labels, keys); missing == "" {
+			seg = s
+			now = contribution{keySet: keySetID(keys), segment: s.String()}
+		}
+	}
+	if had && seg != nil && old == now {
+		return
+	}
+	if had {
+		i.release(old)
+		delete(i.contrib, node)
+	}
+	if seg != nil {
+		i.acquire(now, keys, seg)
+		i.contrib[node] = now
+	}
+}
+
+func (i *Index) acquire(c contribution, keys []string, seg Segment) {
+	set, ok := i.sets[c.keySet]
+	if !ok {
+		set = &segmentSet{keys: keys, counts: map[string]int{}, segs: map[string]Segment{}}
+		i.sets[c.keySet] = set
+	}
+	if set.counts[c.segment] == 0 {
+		set.segs[c.segment] = seg
+		set.sorted = nil
+	}
+	set.counts[c.segment]++
+}
+
+func (i *Index) release(c contribution) {
+	set := i.sets[c.keySet]
+	set.counts[c.segment]--
+	if set.counts[c.segment] > 0 {
+		return
+	}
+	delete(set.counts, c.segment)
+	delete(set.segs, c.segment)
+	set.sorted = nil
+	if len(set.counts) == 0 {
+		delete(i.sets, c.keySet)
+	}
+}
+
+// Segments returns the distinct segments, sorted by Segment.String, of the
+// nodes whose CSINode lists the driver with exactly keys and whose labels
+// carry all of them. keys need not be sorted. The returned slice and its
+// segments are shared: callers must not modify them.
+func (i *Index) Segments(keys []string) []Segment {
+	sorted := append([]string(nil), keys...)
+	sort.Strings(sorted)
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	set, ok := i.sets[keySetID(sorted)]
+	if !ok {
+		return nil
+	}
+	return set.sortedSegments()
+}
+
+func (s *segmentSet) sortedSegments() []Segment {
+	if s.sorted == nil {
+		segs := make([]Segment, 0, len(s.segs))
+		for _, seg := range s.segs {
+			segs = append(segs, seg)
+		}
+		s.sorted = sortSegments(segs)
+	}
+	return s.sorted
+}
+
+// KeySets returns the distinct topology key sets (each sorted) that nodes of
+// the driver report and contribute segments for, sorted.
+func (i *Index) KeySets() [][]string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	ids := make([]string, 0, len(i.sets))
+	for id := range i.sets {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([][]string, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, append([]string(nil), i.sets[id].keys...))
+	}
+	return out
+}
+
+// allSegments returns every known segment of every key set, sorted.
+func (i *Index) allSegments() []Segment {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	var out []Segment
+	for _, set := range i.sets {
+		out = append(out, set.sortedSegments()...)
+	}
+	return sortSegments(out)
+}
+
+// DriverKeys returns the sorted topology keys of driver in csiNode. A nil
+// CSINode or one without an entry for driver gives a *NodeError.
+func DriverKeys(csiNode *storagev1.CSINode, driver string) ([]string, error) {
+	if csiNode == nil {
+		return nil, &NodeError{Reason: CSINodeMissing, Detail: "the node has no CSINode object"}
+	}
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name == driver {
+			keys := append([]string(nil), d.TopologyKeys...)
+			sort.Strings(keys)
+			return keys, nil
+		}
+	}
+	return nil, nodeError(csiNode.Name, DriverNotRegistered,
+		"CSI driver %q is not registered on the node (no entry in its CSINode)", driver)
+}
