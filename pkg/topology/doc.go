@@ -7,12 +7,13 @@
 // A worked example (the seeds' multi-label class). With driver topology keys
 // zone and rack, the allowedTopologies
 //
-//   - matchLabelExpressions:          # term 1
-//   - key: zone, values: [z1]
-//   - key: rack, values: [r1, r2]
-//   - matchLabelExpressions:          # term 2
-//   - key: zone, values: [z2]
-//   - key: rack, values: [r1]
+//	allowedTopologies:
+//	  - matchLabelExpressions:        # term 1
+//	      - {key: zone, values: [z1]}
+//	      - {key: rack, values: [r1, r2]}
+//	  - matchLabelExpressions:        # term 2
+//	      - {key: zone, values: [z2]}
+//	      - {key: rack, values: [r1]}
 //
 // mean (zone=z1 AND rack in {r1,r2}) OR (zone=z2 AND rack=r1): terms are ORed,
 // the expressions of a term are ANDed, and the values of one expression are

@@ -1,0 +1,238 @@
+package topology
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+func TestRequirementsDelayed(t *testing.T) {
+	zones := zonalIndex([]string{"z1", "z2", "z3"}, 2)
+	n1 := makeNode("n1", map[string]string{zoneKey: "z2", "example.com/pool": "gold"})
+	n1CSI := makeCSINode("n1", testDriver, zoneKey)
+
+	rackIndex := NewIndex(testDriver)
+	for _, n := range []struct{ name, zone, rack string }{
+		{"a", "z1", "r1"}, {"b", "z1", "r2"}, {"c", "z2", "r1"}, {"d", "z2", "r2"},
+	} {
+		rackIndex.UpsertNode(makeNode(n.name, map[string]string{zoneKey: n.zone, rackKey: n.rack}))
+		rackIndex.UpsertCSINode(makeCSINode(n.name, testDriver, zoneKey, rackKey))
+	}
+	zoneRack := []v1.TopologySelectorTerm{
+		term(expr(zoneKey, "z1"), expr(rackKey, "r1", "r2")),
+		term(expr(zoneKey, "z2"), expr(rackKey, "r1")),
+	}
+
+	tests := []struct {
+		name       string
+		node       *v1.Node
+		csiNode    *storagev1.CSINode
+		allowed    []v1.TopologySelectorTerm
+		strict     bool
+		index      *Index
+		want       *csi.TopologyRequirement
+		wantReason NodeReason
+		wantErr    error
+	}{
+		{
+			name:    "zonal: node segment first, every known zone requisite",
+			node:    n1,
+			csiNode: n1CSI,
+			index:   zones,
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z1"), seg(zoneKey, "z2"), seg(zoneKey, "z3")),
+				Preferred: csiTopo(seg(zoneKey, "z2"), seg(zoneKey, "z3"), seg(zoneKey, "z1")),
+			},
+		},
+		{
+			name:    "strict: only the node's segment",
+			node:    n1,
+			csiNode: n1CSI,
+			index:   zones,
+			strict:  true,
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z2")),
+				Preferred: csiTopo(seg(zoneKey, "z2")),
+			},
+		},
+		{
+			name:    "allowedTopologies filters requisite",
+			node:    n1,
+			csiNode: n1CSI,
+			index:   zones,
+			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z2", "z3"))},
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z2"), seg(zoneKey, "z3")),
+				Preferred: csiTopo(seg(zoneKey, "z2"), seg(zoneKey, "z3")),
+			},
+		},
+		{
+			name:    "non-driver key in allowedTopologies is matched on the node only",
+			node:    n1,
+			csiNode: n1CSI,
+			index:   zones,
+			allowed: []v1.TopologySelectorTerm{term(expr("example.com/pool", "gold"), expr(zoneKey, "z1", "z2"))},
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z1"), seg(zoneKey, "z2")),
+				Preferred: csiTopo(seg(zoneKey, "z2"), seg(zoneKey, "z1")),
+			},
+		},
+		{
+			name:    "node segment is requisite even before the index sees it",
+			node:    makeNode("new", map[string]string{zoneKey: "z9"}),
+			csiNode: makeCSINode("new", testDriver, zoneKey),
+			index:   NewIndex(testDriver),
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z9")),
+				Preferred: csiTopo(seg(zoneKey, "z9")),
+			},
+		},
+		{
+			name:    "zone x rack: three allowed combinations",
+			node:    makeNode("b", map[string]string{zoneKey: "z1", rackKey: "r2"}),
+			csiNode: makeCSINode("b", testDriver, rackKey, zoneKey),
+			index:   rackIndex,
+			allowed: zoneRack,
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z1", rackKey, "r1"), seg(zoneKey, "z2", rackKey, "r1"), seg(zoneKey, "z1", rackKey, "r2")),
+				Preferred: csiTopo(seg(zoneKey, "z1", rackKey, "r2"), seg(zoneKey, "z1", rackKey, "r1"), seg(zoneKey, "z2", rackKey, "r1")),
+			},
+		},
+		{
+			name:    "driver without topology keys on the node: no requirements",
+			node:    n1,
+			csiNode: makeCSINode("n1", testDriver),
+			index:   zones,
+			want:    nil,
+		},
+		{name: "node gone", node: nil, index: zones, wantReason: NodeNotFound},
+		{name: "no CSINode", node: n1, index: zones, wantReason: CSINodeMissing},
+		{name: "driver not registered", node: n1, csiNode: makeCSINode("n1", "other.example.com", zoneKey), index: zones, wantReason: DriverNotRegistered},
+		{name: "topology label missing", node: makeNode("n1", nil), csiNode: n1CSI, index: zones, wantReason: TopologyLabelMissing},
+		{
+			name: "outside allowedTopologies", node: n1, csiNode: n1CSI, index: zones,
+			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1", "z3"))}, wantReason: OutsideAllowedTopologies,
+		},
+		{
+			name: "invalid allowedTopologies is a configuration error", node: n1, csiNode: n1CSI, index: zones,
+			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey))}, wantErr: ErrInvalidTopology,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Requirements(RequirementsInput{
+				Driver:            testDriver,
+				SelectedNode:      tc.node,
+				SelectedNodeName:  "n1",
+				CSINode:           tc.csiNode,
+				AllowedTopologies: tc.allowed,
+				Strict:            tc.strict,
+				Index:             tc.index,
+				ClaimName:         "data-0",
+			})
+			if tc.wantReason != "" {
+				var ne *NodeError
+				if !errors.As(err, &ne) || ne.Reason != tc.wantReason || !errors.Is(err, ErrNodeIneligible) {
+					t.Fatalf("error = %v, want NodeError %s", err, tc.wantReason)
+				}
+				if ne.Node != "n1" || ne.Error() == "" {
+					t.Errorf("NodeError names node %q, want n1", ne.Node)
+				}
+				if errors.Is(err, ErrInvalidTopology) {
+					t.Error("node error must not be a configuration error")
+				}
+				return
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr != nil && errors.Is(err, ErrNodeIneligible) {
+				t.Error("configuration error must not say the node is ineligible")
+			}
+			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("requirements (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRequirementsImmediate(t *testing.T) {
+	zones := zonalIndex([]string{"z1", "z2", "z3"}, 1)
+	tests := []struct {
+		name      string
+		allowed   []v1.TopologySelectorTerm
+		immediate bool
+		index     *Index
+		want      *csi.TopologyRequirement
+		wantErr   error
+	}{
+		{
+			name:      "all known segments",
+			immediate: true,
+			index:     zones,
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z1"), seg(zoneKey, "z2"), seg(zoneKey, "z3")),
+				Preferred: csiTopo(seg(zoneKey, "z2"), seg(zoneKey, "z3"), seg(zoneKey, "z1")),
+			},
+		},
+		{name: "immediate topology off", immediate: false, index: zones, want: nil},
+		{name: "nothing known", immediate: true, index: NewIndex(testDriver), want: nil},
+		{
+			name:    "allowedTopologies projected onto driver keys",
+			allowed: []v1.TopologySelectorTerm{term(expr("example.com/pool", "gold"), expr(zoneKey, "z1", "z3"))},
+			index:   zones,
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z1"), seg(zoneKey, "z3")),
+				Preferred: csiTopo(seg(zoneKey, "z3"), seg(zoneKey, "z1")),
+			},
+		},
+		{
+			name:    "allowedTopologies kept as written when no key set is known",
+			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},
+			index:   NewIndex(testDriver),
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z1")),
+				Preferred: csiTopo(seg(zoneKey, "z1")),
+			},
+		},
+		{name: "invalid allowedTopologies", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey))}, index: zones, wantErr: ErrInvalidTopology},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Requirements(RequirementsInput{
+				Driver: testDriver, AllowedTopologies: tc.allowed, Immediate: tc.immediate,
+				Index: tc.index, ClaimName: "data-web-1",
+			})
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("requirements (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// StatefulSet replicas start their preferred list on consecutive segments.
+func TestRequirementsSpreadStatefulSet(t *testing.T) {
+	zones := zonalIndex([]string{"z1", "z2", "z3"}, 1)
+	first := map[string]bool{}
+	for _, claim := range []string{"data-web-0", "data-web-1", "data-web-2"} {
+		req, err := Requirements(RequirementsInput{Driver: testDriver, Immediate: true, Index: zones, ClaimName: claim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first[Segment(req.Preferred[0].Segments).String()] = true
+	}
+	if len(first) != 3 {
+		t.Errorf("replicas prefer %d distinct segments, want 3: %v", len(first), first)
+	}
+	if spreadOffset("x", 1) != 0 || spreadOffset("db", 7) != spreadOffset("db", 7) {
+		t.Error("spreadOffset is not stable")
+	}
+}
