@@ -1,0 +1,64 @@
+package sanity
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+)
+
+// TestSanity runs the whole csi-sanity suite against a mock driver serving
+// controller and node on one socket, with a segment table, persisted state
+// and an attach limit (so TestNodeVolumeAttachLimit runs).
+func TestSanity(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	dir, err := os.MkdirTemp("", "csi-sanity")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "csi.sock")
+	d, err := driver.New(driver.Config{
+		Endpoint:          "unix://" + socket,
+		Mode:              driver.ModeBoth,
+		NodeID:            "sanity-node",
+		NodeTopology:      map[string]string{"zone": "z1"},
+		MaxVolumesPerNode: 4,
+		StateFile:         filepath.Join(dir, "state.json"),
+		Segments: []driver.SegmentConfig{
+			{Topology: map[string]string{"zone": "z1"}, CapacityBytes: 1 << 40},
+			{Topology: map[string]string{"zone": "z2"}, CapacityBytes: 1 << 40},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("driver: %v", err)
+		}
+	})
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("driver did not start: %v", err)
+	}
+
+	cfg := sanity.NewTestConfig()
+	cfg.Address = "unix://" + socket
+	cfg.TargetPath = filepath.Join(dir, "target")
+	cfg.StagingPath = filepath.Join(dir, "staging")
+	cfg.TestVolumeSize = 1 << 30
+	cfg.TestNodeVolumeAttachLimit = true
+	cfg.IdempotentCount = 2
+	sanity.Test(t, cfg)
+}
