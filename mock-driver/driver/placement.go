@@ -104,26 +104,22 @@ func candidates(segs []segmentUsage, reqs *csi.TopologyRequirement, maxVolume in
 }
 
 // place picks the segment of a new volume of size bytes: the first candidate
-// with room. A size no allowed segment could ever hold is OUT_OF_RANGE; one
-// that merely does not fit now is RESOURCE_EXHAUSTED.
+// with room. A size above the driver's largest volume is OUT_OF_RANGE; a
+// volume no allowed segment has room for is RESOURCE_EXHAUSTED.
 func place(segs []segmentUsage, reqs *csi.TopologyRequirement, size, maxVolume int64) (segmentUsage, error) {
+	if size > maxVolume {
+		return segmentUsage{}, status.Errorf(codes.OutOfRange,
+			"a volume of %d bytes is larger than the largest volume this driver makes (%d bytes)", size, maxVolume)
+	}
 	cands := candidates(segs, reqs, maxVolume)
 	if len(cands) == 0 {
 		return segmentUsage{}, status.Errorf(codes.ResourceExhausted,
 			"no segment of this driver satisfies the accessibility requirements %s", describeRequirements(reqs))
 	}
-	fitsEver := false
 	for _, s := range cands {
-		if size <= maxVolume && (s.capacity < 0 || size <= s.capacity) {
-			fitsEver = true
-		}
 		if size <= s.free(maxVolume) {
 			return s, nil
 		}
-	}
-	if !fitsEver {
-		return segmentUsage{}, status.Errorf(codes.OutOfRange,
-			"a volume of %d bytes is larger than any allowed segment can hold (largest volume: %d bytes)", size, maxVolume)
 	}
 	keys := make([]string, 0, len(cands))
 	for _, s := range cands {
