@@ -83,6 +83,7 @@ type Controller struct {
 	provisioner *Provisioner
 	lib         *controller.ProvisionController
 	index       *topology.Index
+	indexSynced []cache.InformerSynced
 }
 
 // NewController wires a Provisioner for the driver behind csiClient.
@@ -106,11 +107,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	csiNodes := factory.Storage().V1().CSINodes()
 
 	index := topology.NewIndex(cfg.Provisioner.DriverName)
-	if _, err := nodes.Informer().AddEventHandler(nodeIndexHandler(index)); err != nil {
-		return nil, fmt.Errorf("watching nodes: %w", err)
-	}
-	if _, err := csiNodes.Informer().AddEventHandler(csiNodeIndexHandler(index)); err != nil {
-		return nil, fmt.Errorf("watching CSINodes: %w", err)
+	indexSynced, err := feedIndex(index, nodes.Informer(), csiNodes.Informer())
+	if err != nil {
+		return nil, err
 	}
 	decisions := NewDecisionLog()
 	p, err := New(cfg.Provisioner, Deps{
@@ -141,7 +140,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	}
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(clients.Work, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
-	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index}, nil
+	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index, indexSynced: indexSynced}, nil
 }
 
 // Provisioner returns the Provisioner the controller runs.
@@ -158,11 +157,29 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("informer cache for %v did not sync", typ)
 		}
 	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.indexSynced...) {
+		return fmt.Errorf("segment index did not sync")
+	}
 	if !c.cfg.LeaderElection {
 		c.lib.Run(ctx)
 		return nil
 	}
 	return runLeaderElected(ctx, c.cfg, c.clients.LeaderElection, c.lib.Run)
+}
+
+// feedIndex registers the index's handlers on the Node and CSINode informers
+// and returns functions that report when each handler has seen the initial
+// list: requirements computed before that could miss segments.
+func feedIndex(index *topology.Index, nodes, csiNodes cache.SharedIndexInformer) ([]cache.InformerSynced, error) {
+	nodeReg, err := nodes.AddEventHandler(nodeIndexHandler(index))
+	if err != nil {
+		return nil, fmt.Errorf("watching nodes: %w", err)
+	}
+	csiNodeReg, err := csiNodes.AddEventHandler(csiNodeIndexHandler(index))
+	if err != nil {
+		return nil, fmt.Errorf("watching CSINodes: %w", err)
+	}
+	return []cache.InformerSynced{nodeReg.HasSynced, csiNodeReg.HasSynced}, nil
 }
 
 // nodeIndexHandler keeps the segment index current with Node events.

@@ -1,0 +1,254 @@
+package provisioner
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+const (
+	testDriver = driver.DefaultName
+	zoneKey    = driver.TopologyPrefix + "zone"
+	gi         = int64(1) << 30
+)
+
+// recordingCSI records the requests it forwards to the mock driver.
+type recordingCSI struct {
+	ControllerClient
+	mu      sync.Mutex
+	creates []*csi.CreateVolumeRequest
+	deletes []*csi.DeleteVolumeRequest
+}
+
+func (r *recordingCSI) CreateVolume(ctx context.Context, in *csi.CreateVolumeRequest, opts ...grpc.CallOption) (*csi.CreateVolumeResponse, error) {
+	r.mu.Lock()
+	r.creates = append(r.creates, in)
+	r.mu.Unlock()
+	return r.ControllerClient.CreateVolume(ctx, in, opts...)
+}
+
+func (r *recordingCSI) DeleteVolume(ctx context.Context, in *csi.DeleteVolumeRequest, opts ...grpc.CallOption) (*csi.DeleteVolumeResponse, error) {
+	r.mu.Lock()
+	r.deletes = append(r.deletes, in)
+	r.mu.Unlock()
+	return r.ControllerClient.DeleteVolume(ctx, in, opts...)
+}
+
+func (r *recordingCSI) lastCreate(t *testing.T) *csi.CreateVolumeRequest {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.creates) == 0 {
+		t.Fatal("no CreateVolume call")
+	}
+	return r.creates[len(r.creates)-1]
+}
+
+// startMock serves a mock driver controller in-process on a unix socket.
+func startMock(t *testing.T, ctx context.Context, mutate func(*driver.Config)) (*driver.Driver, csi.ControllerClient) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "prov")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "csi.sock")
+	cfg := driver.Config{
+		Endpoint: "unix://" + socket,
+		Mode:     driver.ModeController,
+		Segments: []driver.SegmentConfig{
+			{Topology: map[string]string{"zone": "z1"}, CapacityBytes: 10 * gi},
+			{Topology: map[string]string{"zone": "z2"}, CapacityBytes: 10 * gi},
+			{Topology: map[string]string{"zone": "z3"}, CapacityBytes: 10 * gi},
+		},
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	d, err := driver.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("mock driver: %v", err)
+	}
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return d, csi.NewControllerClient(conn)
+}
+
+// env is a Provisioner over a fake clientset with real informers and the
+// in-process mock driver.
+type env struct {
+	ctx    context.Context
+	client *fake.Clientset
+	mock   *driver.Driver
+	csi    *recordingCSI
+	p      *Provisioner
+}
+
+type envOptions struct {
+	cfg    Config
+	mock   func(*driver.Config)
+	objs   []runtime.Object
+	nodes  map[string]string // node name -> zone (with CSINode entries)
+	direct ControllerClient  // replaces the mock (for failure injection at the client)
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	mock, client := startMock(t, ctx, o.mock)
+	objs := append([]runtime.Object(nil), o.objs...)
+	for name, zone := range o.nodes {
+		objs = append(objs, makeNode(name, zone), makeCSINode(name, zoneKey))
+	}
+	cs := fake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	index := topology.NewIndex(testDriver)
+	csiNodes := factory.Storage().V1().CSINodes()
+	indexSynced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), csiNodes.Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	factory.Start(ictx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ictx.Done()) {
+		if !ok {
+			t.Fatalf("cache of %v did not sync", typ)
+		}
+	}
+	if !cache.WaitForCacheSync(ictx.Done(), indexSynced...) {
+		t.Fatal("index did not sync")
+	}
+	rec := &recordingCSI{ControllerClient: client}
+	if o.direct != nil {
+		rec.ControllerClient = o.direct
+	}
+	cfg := o.cfg
+	cfg.DriverName = testDriver
+	p, err := New(cfg, Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{ctx: ctx, client: cs, mock: mock, csi: rec, p: p}
+}
+
+func (e *env) provision(t *testing.T, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass, node *v1.Node) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	t.Helper()
+	return e.p.Provision(e.ctx, controller.ProvisionOptions{
+		StorageClass: class,
+		PVName:       "pvc-" + string(claim.UID),
+		PVC:          claim,
+		SelectedNode: node,
+	})
+}
+
+func makeNode(name, zone string) *v1.Node {
+	labels := map[string]string{}
+	if zone != "" {
+		labels[zoneKey] = zone
+	}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func makeCSINode(name string, keys ...string) *storagev1.CSINode {
+	return &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{
+			{Name: testDriver, NodeID: name, TopologyKeys: keys},
+		}},
+	}
+}
+
+type classBuilder struct{ *storagev1.StorageClass }
+
+func makeClass(name string) classBuilder {
+	mode := storagev1.VolumeBindingWaitForFirstConsumer
+	return classBuilder{&storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: name},
+		Provisioner:       testDriver,
+		VolumeBindingMode: &mode,
+	}}
+}
+
+func (c classBuilder) immediate() classBuilder {
+	mode := storagev1.VolumeBindingImmediate
+	c.VolumeBindingMode = &mode
+	return c
+}
+
+func (c classBuilder) withAllowedZones(zones ...string) classBuilder {
+	c.AllowedTopologies = []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
+		{Key: zoneKey, Values: zones},
+	}}}
+	return c
+}
+
+func (c classBuilder) withParams(kv ...string) classBuilder {
+	c.Parameters = map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		c.Parameters[kv[i]] = kv[i+1]
+	}
+	return c
+}
+
+type claimBuilder struct{ *v1.PersistentVolumeClaim }
+
+func makePVC(name, class string) claimBuilder {
+	return claimBuilder{&v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps", UID: types.UID("uid-" + name)},
+		Spec: v1.PersistentVolumeClaimSpec{
+			StorageClassName: &class,
+			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{
+				v1.ResourceStorage: resource.MustParse("1Gi"),
+			}},
+		},
+	}}
+}
+
+func (c claimBuilder) withSelectedNode(node string) claimBuilder {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[annSelectedNode] = node
+	return c
+}
+
+func (c claimBuilder) withSize(q string) claimBuilder {
+	c.Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse(q)
+	return c
+}
+
+func resourceQuantity(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.BinarySI) }
