@@ -126,6 +126,19 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	}
 	p.forgetBackground(claim.UID)
 
+	if delayed && p.cfg.SupportsTopology && !accessibleFrom(resp.GetVolume().GetAccessibleTopology(), opts.SelectedNode) {
+		// The driver fell back to a segment the selected node cannot reach
+		// (its own was full): the volume is useless for this pod. Remove it
+		// and let the scheduler pick a node where the volume can be made.
+		err := fmt.Errorf("driver placed volume %q in %s, which node %q cannot reach (its segment has no room)",
+			resp.GetVolume().GetVolumeId(), segmentsString(resp.GetVolume().GetAccessibleTopology()), selectedNode)
+		if derr := p.deleteVolume(ctx, resp.GetVolume().GetVolumeId(), req.csi.Secrets); derr != nil {
+			p.rememberBackground(claim.UID, req.csi.Name)
+			return nil, controller.ProvisioningInBackground, fmt.Errorf("%w; removing it failed: %v", err, derr)
+		}
+		return p.fail(ctx, claim, req.csi.Name, controller.ProvisioningReschedule, RescheduleVolumeNotAccessible, err)
+	}
+
 	pv, err := p.buildPV(opts, req, resp)
 	if err != nil {
 		// The volume exists but cannot be described: remove it rather than leak it.
@@ -255,4 +268,26 @@ func (p *Provisioner) deleteVolume(ctx context.Context, id string, secrets map[s
 		return fmt.Errorf("DeleteVolume %q: %w", id, err)
 	}
 	return nil
+}
+
+// accessibleFrom reports whether a node's labels satisfy one of a volume's
+// accessible topologies. A volume without accessible topology is reachable
+// from everywhere.
+func accessibleFrom(topologies []*csi.Topology, node *v1.Node) bool {
+	if len(topologies) == 0 || node == nil {
+		return true
+	}
+	for _, t := range topologies {
+		ok := true
+		for k, v := range t.GetSegments() {
+			if node.Labels[k] != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -313,3 +313,21 @@ func TestProvisionBadInput(t *testing.T) {
 		}
 	})
 }
+
+// Without strict topology the driver may fall back to another requisite
+// segment when the node's is full; such a volume is useless for the pod, so
+// it is deleted and the claim goes back to the scheduler.
+func TestProvisionVolumeOutsideNodeSegment(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones})
+	if err := e.mock.SetCapacity(map[string]string{"zone": "z2"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	claim := makePVC("data", "c").withSelectedNode("n2")
+	_, state, err := e.provision(t, claim.PersistentVolumeClaim, makeClass("c").StorageClass, makeNode("n2", "z2"))
+	if state != controller.ProvisioningReschedule || err == nil || !strings.Contains(err.Error(), string(RescheduleVolumeNotAccessible)) {
+		t.Fatalf("Provision = %v, %v; want Reschedule (%s)", state, err, RescheduleVolumeNotAccessible)
+	}
+	if n := len(e.mock.Volumes()); n != 0 {
+		t.Errorf("driver keeps %d volumes made in the wrong segment", n)
+	}
+}

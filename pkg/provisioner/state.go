@@ -22,6 +22,9 @@ const (
 	// (gone, no CSINode entry or driver, topology label missing, outside the
 	// class's allowedTopologies).
 	RescheduleNodeIneligible RescheduleReason = "NodeIneligible"
+	// RescheduleVolumeNotAccessible: the driver made the volume in a segment
+	// the selected node cannot reach; it was deleted again.
+	RescheduleVolumeNotAccessible RescheduleReason = "VolumeNotAccessible"
 )
 
 // createVolumeState maps a CreateVolume error onto the library's

@@ -1,0 +1,366 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// Options configure a Cluster.
+type Options struct {
+	// RepoRoot is the project's root; default RepoRoot().
+	RepoRoot string
+	// SchedulerBinary replaces the stock kube-scheduler (e.g. the project's
+	// csi-topology-scheduler).
+	SchedulerBinary string
+	// SchedulerConfig is an optional KubeSchedulerConfiguration file.
+	SchedulerConfig string
+	// StartTimeout bounds start-up; default 2 minutes.
+	StartTimeout time.Duration
+}
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	// Dir is the cluster's temp dir; LogDir holds each component's log.
+	Dir, LogDir string
+	// Kubeconfig is the admin kubeconfig file.
+	Kubeconfig string
+	// RESTConfig and Client act as cluster admin.
+	RESTConfig *rest.Config
+	Client     kubernetes.Interface
+	// RepoRoot is the project's root.
+	RepoRoot string
+
+	server string
+	mu     sync.Mutex
+	// core are the control-plane processes in start order; procs are the
+	// processes started with StartProcess.
+	core    []*Process
+	procs   []*Process
+	stopped bool
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Start builds (or reuses) the binaries and starts a control plane. On error
+// everything started is stopped again.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	logger := klog.FromContext(ctx)
+	if opts.RepoRoot == "" {
+		if opts.RepoRoot, err = RepoRoot(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	bins, err := BuildControlPlane(ctx, opts.RepoRoot)
+	if err != nil {
+		return nil, err
+	}
+	if opts.SchedulerBinary != "" {
+		bins.Scheduler = opts.SchedulerBinary
+	}
+	dir, err := os.MkdirTemp("", "csi-topology-cp-")
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{Dir: dir, LogDir: filepath.Join(dir, "logs"), RepoRoot: opts.RepoRoot}
+	defer func() {
+		if err != nil {
+			c.DumpLogs(os.Stderr, 30)
+			_ = c.Stop()
+			c = nil
+		}
+	}()
+	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
+		return c, err
+	}
+	start := time.Now()
+	ports, err := freePorts(6)
+	if err != nil {
+		return c, err
+	}
+	etcdClient, etcdPeer, apiPort, kcmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	token, err := c.writeCredentials()
+	if err != nil {
+		return c, err
+	}
+	c.server = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	if err := c.startCore("etcd", bins.Etcd,
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls=http://127.0.0.1:"+strconv.Itoa(etcdClient),
+		"--advertise-client-urls=http://127.0.0.1:"+strconv.Itoa(etcdClient),
+		"--listen-peer-urls=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
+		"--initial-advertise-peer-urls=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
+		"--initial-cluster=default=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
+		"--unsafe-no-fsync", "--quota-backend-bytes=4294967296"); err != nil {
+		return c, err
+	}
+	if err := c.startCore("kube-apiserver", bins.APIServer,
+		"--etcd-servers=http://127.0.0.1:"+strconv.Itoa(etcdClient),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(apiPort),
+		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
+		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-key-file="+filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--enable-priority-and-fairness=false",
+		"--allow-privileged=true"); err != nil {
+		return c, err
+	}
+	c.RESTConfig = &rest.Config{
+		Host:            c.server,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		QPS:             200,
+		Burst:           400,
+	}
+	if c.Client, err = kubernetes.NewForConfig(c.RESTConfig); err != nil {
+		return c, err
+	}
+	if c.Kubeconfig, err = c.writeKubeconfig("admin.kubeconfig", token); err != nil {
+		return c, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	if err := c.waitHealthy(sctx, c.server+"/readyz", token); err != nil {
+		return c, fmt.Errorf("kube-apiserver not ready: %w", err)
+	}
+	if err := c.startCore("kube-controller-manager", bins.ControllerManager,
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig,
+		"--authorization-kubeconfig="+c.Kubeconfig,
+		"--controllers=persistentvolume-binder,persistentvolume-protection,persistentvolumeclaim-protection,serviceaccount,statefulset",
+		"--leader-elect=false", "--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(kcmPort),
+		"--cert-dir="+filepath.Join(dir, "kcm-certs"),
+		"--pvclaimbinder-sync-period=2s"); err != nil {
+		return c, err
+	}
+	schedArgs := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--leader-elect=false", "--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(schedPort),
+		"--cert-dir=" + filepath.Join(dir, "scheduler-certs"),
+	}
+	if opts.SchedulerConfig != "" {
+		schedArgs = append(schedArgs, "--config="+opts.SchedulerConfig)
+	}
+	if err := c.startCore("kube-scheduler", bins.Scheduler, schedArgs...); err != nil {
+		return c, err
+	}
+	for name, port := range map[string]int{"kube-controller-manager": kcmPort, "kube-scheduler": schedPort} {
+		if err := c.waitHealthy(sctx, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", ""); err != nil {
+			return c, fmt.Errorf("%s not healthy: %w", name, err)
+		}
+	}
+	if err := c.WaitFor(sctx, opts.StartTimeout, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return c, fmt.Errorf("default ServiceAccount never appeared: %w", err)
+	}
+	logger.Info("Control plane ready", "dir", dir, "server", c.server, "startup", time.Since(start).Round(time.Millisecond))
+	return c, nil
+}
+
+func (c *Cluster) startCore(name, binary string, args ...string) error {
+	p, err := startProcess(c.LogDir, name, binary, args, nil)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.core = append(c.core, p)
+	c.mu.Unlock()
+	return nil
+}
+
+// writeCredentials generates the service-account key pair and the admin
+// token file, and returns the admin token.
+func (c *Cluster) writeCredentials() (string, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return "", err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+		return "", err
+	}
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(raw)
+	line := token + `,admin,admin,"system:masters"` + "\n"
+	return token, os.WriteFile(filepath.Join(c.Dir, "tokens.csv"), []byte(line), 0o600)
+}
+
+// waitHealthy polls an HTTPS health endpoint until it answers 200.
+func (c *Cluster) waitHealthy(ctx context.Context, url, token string) error {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // local test plane, self-signed
+	}}
+	var last string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := c.checkCoreAlive(); err != nil {
+			return false, err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w (last answer: %s)", url, err, last)
+	}
+	return nil
+}
+
+func (c *Cluster) checkCoreAlive() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.core {
+		if p.Exited() {
+			return fmt.Errorf("%s exited: %v (log: %s)", p.Name, p.waitErr, p.LogPath())
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) writeKubeconfig(file, token string) (string, error) {
+	path := filepath.Join(c.Dir, file)
+	data := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: %s
+    insecure-skip-tls-verify: true
+users:
+- name: user
+  user:
+    token: %s
+contexts:
+- name: local
+  context:
+    cluster: local
+    user: user
+current-context: local
+`, c.server, token)
+	return path, os.WriteFile(path, []byte(data), 0o600)
+}
+
+// Stop stops the processes started with StartProcess, then the scheduler
+// and controller manager, then kube-apiserver, then etcd (SIGTERM, SIGKILL
+// after 15 s), and removes the temp dir. It is idempotent.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	procs, core := c.procs, c.core
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Stop(15 * time.Second) }()
+	}
+	wg.Wait()
+	for i := len(core) - 1; i >= 0; i-- {
+		core[i].Stop(15 * time.Second)
+	}
+	return os.RemoveAll(c.Dir)
+}
+
+// DumpLogs writes where the logs are and the last lines of each.
+func (c *Cluster) DumpLogs(w io.Writer, lines int) {
+	c.mu.Lock()
+	all := append(append([]*Process(nil), c.core...), c.procs...)
+	c.mu.Unlock()
+	fmt.Fprintf(w, "control plane logs in %s\n", c.LogDir)
+	for _, p := range all {
+		fmt.Fprintf(w, "--- last %d lines of %s (%s)\n", lines, p.Name, p.LogPath())
+		p.tail(w, lines)
+	}
+}
+
+// StartProcess starts one of the project's binaries (or anything else) with
+// its log in LogDir/<name>.log; Stop stops it with the cluster.
+func (c *Cluster) StartProcess(name, binary string, args, env []string) (*Process, error) {
+	p, err := startProcess(c.LogDir, name, binary, args, env)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// WaitFor polls cond every 200 ms until it returns true, an error, or
+// timeout passes.
+func (c *Cluster) WaitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, cond)
+}

@@ -1,0 +1,20 @@
+// Package controlplane builds and runs a local Kubernetes control plane for
+// the end-to-end tests and `make run`: etcd, kube-apiserver,
+// kube-controller-manager (PV binder and protection, service accounts,
+// StatefulSets) and kube-scheduler, built from the pinned modules of the
+// nested module in k8s/, all on 127.0.0.1 with free ports in a temp dir,
+// token authentication, RBAC and generated service-account keys. No kubelet
+// runs: nodes are Node objects made Ready through the API.
+//
+// Typical use in a test package:
+//
+//	var cluster *controlplane.Cluster
+//
+//	func TestMain(m *testing.M) {
+//		os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(c *controlplane.Cluster) { cluster = c }))
+//	}
+//
+// Binaries are cached in <repo>/.cache/controlplane/<hash of k8s/go.sum>/ and
+// rebuilt only when that file changes. Every process started here dies with
+// the test binary (Pdeathsig), and Stop removes the temp dir.
+package controlplane

@@ -1,0 +1,51 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+
+	"k8s.io/klog/v2"
+)
+
+// RunTestMain starts one control plane for a test package, hands it to set,
+// runs the tests and stops the plane, also on SIGINT/SIGTERM. When tests
+// fail it prints where the logs are and their tails. It returns the exit
+// code for os.Exit.
+func RunTestMain(m *testing.M, opts Options, set func(*Cluster)) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+	c, err := Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
+		return 1
+	}
+	// A signal stops the plane even while tests run; the test binary then
+	// fails on its own.
+	interrupted := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		select {
+		case <-interrupted:
+		default:
+			fmt.Fprintln(os.Stderr, "interrupted: stopping the control plane")
+			_ = c.Stop()
+			os.Exit(130)
+		}
+	}()
+	set(c)
+	code := m.Run()
+	close(interrupted)
+	if code != 0 {
+		c.DumpLogs(os.Stderr, 40)
+	}
+	if err := c.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
+	}
+	return code
+}
