@@ -170,7 +170,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig,
 		"--authorization-kubeconfig="+c.Kubeconfig,
-		"--controllers=persistentvolume-binder,persistentvolume-protection,persistentvolumeclaim-protection,serviceaccount,statefulset",
+		"--controllers=persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,serviceaccount-controller,statefulset-controller",
 		"--leader-elect=false", "--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(kcmPort),
 		"--cert-dir="+filepath.Join(dir, "kcm-certs"),

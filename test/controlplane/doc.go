@@ -11,7 +11,8 @@
 //	var cluster *controlplane.Cluster
 //
 //	func TestMain(m *testing.M) {
-//		os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(c *controlplane.Cluster) { cluster = c }))
+//		os.Exit(controlplane.RunTestMain(m, controlplane.Options{},
+//			func(ctx context.Context, c *controlplane.Cluster) error { cluster = c; return nil }))
 //	}
 //
 // Binaries are cached in <repo>/.cache/controlplane/<hash of k8s/go.sum>/ and

@@ -11,11 +11,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// RunTestMain starts one control plane for a test package, hands it to set,
-// runs the tests and stops the plane, also on SIGINT/SIGTERM. When tests
+// RunTestMain starts one control plane for a test package, runs setup on it
+// (which typically starts the project's processes with StartProcess), runs
+// the tests and stops the plane, also on SIGINT/SIGTERM. When setup or tests
 // fail it prints where the logs are and their tails. It returns the exit
 // code for os.Exit.
-func RunTestMain(m *testing.M, opts Options, set func(*Cluster)) int {
+func RunTestMain(m *testing.M, opts Options, setup func(context.Context, *Cluster) error) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background()
@@ -38,8 +39,12 @@ func RunTestMain(m *testing.M, opts Options, set func(*Cluster)) int {
 			os.Exit(130)
 		}
 	}()
-	set(c)
-	code := m.Run()
+	code := 1
+	if err := setup(ctx, c); err != nil {
+		fmt.Fprintf(os.Stderr, "setting up the test cluster: %v\n", err)
+	} else {
+		code = m.Run()
+	}
 	close(interrupted)
 	if code != 0 {
 		c.DumpLogs(os.Stderr, 40)

@@ -1,0 +1,426 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
+)
+
+// Scenario 1: immediate binding, no topology in the class.
+func TestImmediateBinding(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	class := newClass(t, ctx, ns+"-imm", classOpts{immediate: true})
+	newPVC(t, ctx, ns, "data", class)
+	pv := waitBound(t, ctx, ns, "data")
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driverName || pv.Spec.CSI.VolumeHandle == "" {
+		t.Fatalf("PV source = %+v, want CSI of %s", pv.Spec.CSI, driverName)
+	}
+	vol := volumeOf(t, ctx, pv)
+	if zones := affinityZones(pv); len(zones) != 1 || zones[0] != vol.Segment[zoneKey] {
+		t.Errorf("PV affinity zones %v, driver volume in %v", zones, vol.Segment)
+	}
+}
+
+// Scenario 2: WaitForFirstConsumer: the real scheduler picks the node, the
+// volume is made in that node's zone, the pod is bound there.
+func TestWaitForFirstConsumer(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	newPVC(t, ctx, ns, "data", class)
+	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}})
+	pv := waitBound(t, ctx, ns, "data")
+	node := waitPodNode(t, ctx, ns, "app")
+	zone := env.Nodes[node]
+	if zones := affinityZones(pv); !slices.Equal(zones, []string{zone}) {
+		t.Errorf("PV affinity zones %v, pod on %s in %s", zones, node, zone)
+	}
+	if got := volumeOf(t, ctx, pv).Segment[zoneKey]; got != zone {
+		t.Errorf("driver volume in %s, want %s", got, zone)
+	}
+	if ev := eventsOf(ctx, ns, "PersistentVolumeClaim", "data"); !strings.Contains(ev, "selected node "+node) {
+		t.Errorf("claim events do not tell the topology decision:%s", ev)
+	}
+}
+
+// Scenario 3: allowedTopologies limited to z1 and z2, immediate and delayed.
+func TestAllowedTopologies(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	imm := newClass(t, ctx, ns+"-imm", classOpts{immediate: true, zones: []string{"z1", "z2"}})
+	wffc := newClass(t, ctx, ns+"-wffc", classOpts{zones: []string{"z1", "z2"}})
+	for i := 0; i < 3; i++ {
+		newPVC(t, ctx, ns, fmt.Sprintf("imm-%d", i), imm)
+		newPVC(t, ctx, ns, fmt.Sprintf("wffc-%d", i), wffc)
+		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("wffc-%d", i)}})
+	}
+	for i := 0; i < 3; i++ {
+		for _, claim := range []string{fmt.Sprintf("imm-%d", i), fmt.Sprintf("wffc-%d", i)} {
+			pv := waitBound(t, ctx, ns, claim)
+			if z := volumeOf(t, ctx, pv).Segment[zoneKey]; z != "z1" && z != "z2" {
+				t.Errorf("claim %s: volume in %s, outside allowedTopologies", claim, z)
+			}
+		}
+	}
+
+	// A pod pinned to the third zone cannot get a volume: it stays Pending
+	// with a scheduler event, and nothing is created.
+	before := volumeCount(t, ctx)
+	newPVC(t, ctx, ns, "pinned", wffc)
+	newPod(t, ctx, ns, "pinned", podOpts{claims: []string{"pinned"}, nodeSelector: map[string]string{zoneKey: "z3"}})
+	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return strings.Contains(eventsOf(ctx, ns, "Pod", "pinned"), "FailedScheduling"), nil
+	})
+	if err != nil {
+		t.Fatalf("no FailedScheduling event for the pod pinned to z3: %v", err)
+	}
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, "pinned", metav1.GetOptions{})
+	if err != nil || pod.Spec.NodeName != "" {
+		t.Errorf("pinned pod bound to %q (%v)", pod.Spec.NodeName, err)
+	}
+	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "pinned", metav1.GetOptions{})
+	if err != nil || pvc.Status.Phase == v1.ClaimBound || pvc.Annotations["volume.kubernetes.io/selected-node"] != "" {
+		t.Errorf("pinned claim: phase %s, annotations %v (%v)", pvc.Status.Phase, pvc.Annotations, err)
+	}
+	if after := volumeCount(t, ctx); after != before {
+		t.Errorf("driver volumes %d -> %d for an unschedulable pod", before, after)
+	}
+}
+
+// Scenario 5: three pods of one app with required anti-affinity on zone
+// land in three zones with their volumes; with one zone full the third pod
+// stays Pending and nothing leaks.
+func TestSpreadAcrossZones(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	zones := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		claim := fmt.Sprintf("data-web-%d", i)
+		newPVC(t, ctx, ns, claim, class)
+		newPod(t, ctx, ns, fmt.Sprintf("web-%d", i), podOpts{claims: []string{claim}, antiAffinityLabel: "web"})
+	}
+	for i := 0; i < 3; i++ {
+		pv := waitBound(t, ctx, ns, fmt.Sprintf("data-web-%d", i))
+		node := waitPodNode(t, ctx, ns, fmt.Sprintf("web-%d", i))
+		z := volumeOf(t, ctx, pv).Segment[zoneKey]
+		if z != env.Nodes[node] {
+			t.Errorf("web-%d on %s (%s) but its volume is in %s", i, node, env.Nodes[node], z)
+		}
+		zones[z] = true
+	}
+	if len(zones) != 3 {
+		t.Errorf("volumes in %d zones, want 3", len(zones))
+	}
+
+	t.Run("one zone full", func(t *testing.T) {
+		ctx, ns := newNamespace(t)
+		if err := env.SetCapacity(ctx, "z3", 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.SetCapacity(context.WithoutCancel(ctx), "z3", 100*gi) })
+		before := volumeCount(t, ctx)
+		for i := 0; i < 3; i++ {
+			claim := fmt.Sprintf("data-db-%d", i)
+			newPVC(t, ctx, ns, claim, class)
+			newPod(t, ctx, ns, fmt.Sprintf("db-%d", i), podOpts{claims: []string{claim}, antiAffinityLabel: "db"})
+		}
+		var bound, pending []string
+		err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			bound, pending = nil, nil
+			for i := 0; i < 3; i++ {
+				pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, fmt.Sprintf("data-db-%d", i), metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				if pvc.Status.Phase == v1.ClaimBound {
+					bound = append(bound, pvc.Name)
+				} else {
+					pending = append(pending, pvc.Name)
+				}
+			}
+			return len(bound) == 2, nil
+		})
+		if err != nil {
+			t.Fatalf("bound %v pending %v: %v", bound, pending, err)
+		}
+		// The third claim keeps being sent back to the scheduler: z3 is full.
+		err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			return strings.Contains(eventsOf(ctx, ns, "PersistentVolumeClaim", pending[0]), "asking the scheduler to pick another node"), nil
+		})
+		if err != nil {
+			t.Errorf("no reschedule event on %s:%s", pending[0], eventsOf(ctx, ns, "PersistentVolumeClaim", pending[0]))
+		}
+		// Each attempt for the pending claim may briefly create a volume in
+		// another zone before deleting it; in between, exactly the two bound
+		// volumes remain.
+		var after int
+		err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			after = volumeCount(t, ctx)
+			return after == before+2, nil
+		})
+		if err != nil {
+			t.Errorf("driver volumes %d -> %d, want exactly the 2 bound ones (nothing leaked)", before, after)
+		}
+	})
+}
+
+// Scenario 6: one pod with two claims of two classes: both volumes in the
+// node's zone.
+func TestTwoClaimsTwoClasses(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	a := newClass(t, ctx, ns+"-a", classOpts{})
+	b := newClass(t, ctx, ns+"-b", classOpts{reclaim: v1.PersistentVolumeReclaimRetain})
+	newPVC(t, ctx, ns, "a", a)
+	newPVC(t, ctx, ns, "b", b)
+	newPod(t, ctx, ns, "app", podOpts{claims: []string{"a", "b"}})
+	node := waitPodNode(t, ctx, ns, "app")
+	for _, c := range []string{"a", "b"} {
+		pv := waitBound(t, ctx, ns, c)
+		if z := volumeOf(t, ctx, pv).Segment[zoneKey]; z != env.Nodes[node] {
+			t.Errorf("claim %s in %s, pod's node %s in %s", c, z, node, env.Nodes[node])
+		}
+	}
+}
+
+// Scenario 7: the selected zone is full: the claim goes back to the
+// scheduler, and once the pod may go elsewhere it is provisioned there.
+func TestSelectedZoneFull(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Code: "ResourceExhausted",
+		Message: "zone z1 is full", Segment: map[string]string{"zone": "z1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
+	newPVC(t, ctx, ns, "data", class)
+	// First the pod can only go to z1: the provisioner must hand the claim
+	// back to the scheduler.
+	newPod(t, ctx, ns, "first", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{zoneKey: "z1"}})
+	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return strings.Contains(eventsOf(ctx, ns, "PersistentVolumeClaim", "data"), "zone z1 is full"), nil
+	})
+	if err != nil {
+		t.Fatalf("no event about the full zone:%s", eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
+	}
+	deletePod(t, ctx, ns, "first")
+	newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}})
+	pv := waitBound(t, ctx, ns, "data")
+	node := waitPodNode(t, ctx, ns, "second")
+	z := volumeOf(t, ctx, pv).Segment[zoneKey]
+	if z == "z1" || z != env.Nodes[node] {
+		t.Errorf("volume in %s, pod on %s in %s; want a zone other than z1, the pod's", z, node, env.Nodes[node])
+	}
+	ev := eventsOf(ctx, ns, "PersistentVolumeClaim", "data")
+	for _, want := range []string{"asking the scheduler to pick another node", "Successfully provisioned"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("claim events lack %q:%s", want, ev)
+		}
+	}
+}
+
+// Scenario 8: the selected node is deleted, or has no CSINode entry for the
+// driver: the claim is rescheduled, not stuck.
+func TestSelectedNodeGone(t *testing.T) {
+	t.Run("no CSINode entry", func(t *testing.T) {
+		ctx, ns := newNamespace(t)
+		class := newClass(t, ctx, ns+"-wffc", classOpts{})
+		if err := env.AddNode(ctx, "node-nocsi", "z2", false); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		newPVC(t, ctx, ns, "data", class)
+		newPod(t, ctx, ns, "first", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{"kubernetes.io/hostname": "node-nocsi"}})
+		err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			return strings.Contains(eventsOf(ctx, ns, "PersistentVolumeClaim", "data"), "CSINodeMissing"), nil
+		})
+		if err != nil {
+			t.Fatalf("no CSINodeMissing event:%s", eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
+		}
+		deletePod(t, ctx, ns, "first")
+		newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{zoneKey: "z2"}})
+		waitBound(t, ctx, ns, "data")
+		if node := waitPodNode(t, ctx, ns, "second"); node == "node-nocsi" {
+			t.Errorf("pod bound to the node without the driver")
+		}
+	})
+	t.Run("node deleted", func(t *testing.T) {
+		ctx, ns := newNamespace(t)
+		class := newClass(t, ctx, ns+"-wffc", classOpts{})
+		env.StopProvisioner()
+		t.Cleanup(func() {
+			if env.Provisioner() == nil {
+				_ = env.StartProvisioner()
+			}
+		})
+		if err := env.AddNode(ctx, "node-doomed", "z3", true); err != nil {
+			t.Fatal(err)
+		}
+		newPVC(t, ctx, ns, "data", class)
+		newPod(t, ctx, ns, "first", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{"kubernetes.io/hostname": "node-doomed"}})
+		err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+			return err == nil && pvc.Annotations["volume.kubernetes.io/selected-node"] == "node-doomed", nil
+		})
+		if err != nil {
+			t.Fatalf("scheduler did not select node-doomed: %v", err)
+		}
+		deletePod(t, ctx, ns, "first")
+		if err := client.CoreV1().Nodes().Delete(ctx, "node-doomed", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		delete(env.Nodes, "node-doomed")
+		newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}})
+		if err := env.StartProvisioner(); err != nil {
+			t.Fatal(err)
+		}
+		pv := waitBound(t, ctx, ns, "data")
+		node := waitPodNode(t, ctx, ns, "second")
+		if z := volumeOf(t, ctx, pv).Segment[zoneKey]; z != env.Nodes[node] {
+			t.Errorf("volume in %s, pod on %s in %s", z, node, env.Nodes[node])
+		}
+	})
+}
+
+// Scenario 9: deleting a claim with reclaim policy Delete removes the PV and
+// the driver's volume; Retain keeps both.
+func TestDeleteAndRetain(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	del := newClass(t, ctx, ns+"-delete", classOpts{immediate: true})
+	keep := newClass(t, ctx, ns+"-retain", classOpts{immediate: true, reclaim: v1.PersistentVolumeReclaimRetain})
+	newPVC(t, ctx, ns, "gone", del)
+	newPVC(t, ctx, ns, "kept", keep)
+	gone, kept := waitBound(t, ctx, ns, "gone"), waitBound(t, ctx, ns, "kept")
+	for _, c := range []string{"gone", "kept"} {
+		if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, c, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().PersistentVolumes().Get(ctx, gone.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("PV %s of the deleted claim still exists: %v", gone.Name, err)
+	}
+	vols, err := env.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var goneFound, keptFound bool
+	for _, v := range vols {
+		goneFound = goneFound || v.ID == gone.Spec.CSI.VolumeHandle
+		keptFound = keptFound || v.ID == kept.Spec.CSI.VolumeHandle
+	}
+	if goneFound || !keptFound {
+		t.Errorf("driver volumes: deleted one present=%v, retained one present=%v", goneFound, keptFound)
+	}
+	err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, kept.Name, metav1.GetOptions{})
+		return err == nil && pv.Status.Phase == v1.VolumeReleased, nil
+	})
+	if err != nil {
+		t.Errorf("retained PV not Released: %v", err)
+	}
+}
+
+// Scenario 10: with --strict-topology requisite = preferred = the node's
+// segment, as the driver recorded it.
+func TestStrictTopology(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	if err := env.StartProvisioner("--strict-topology"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.StartProvisioner() })
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	newPVC(t, ctx, ns, "data", class)
+	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}})
+	waitBound(t, ctx, ns, "data")
+	node := waitPodNode(t, ctx, ns, "app")
+	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := env.CreateRequests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]string{{zoneKey: env.Nodes[node]}}
+	found := false
+	for _, r := range reqs {
+		if r.Name != "pvc-"+string(pvc.UID) {
+			continue
+		}
+		found = true
+		if !slices.EqualFunc(r.Requisite, want, mapsEqual) || !slices.EqualFunc(r.Preferred, want, mapsEqual) {
+			t.Errorf("requisite %v preferred %v, want both %v", r.Requisite, r.Preferred, want)
+		}
+	}
+	if !found {
+		t.Errorf("driver recorded no CreateVolume for %s", pvc.UID)
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Scenario 11: kill -9 the provisioner while claims are pending: every claim
+// is Bound exactly once, with no duplicate or orphan volume.
+func TestProvisionerCrash(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(300 * time.Millisecond)}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
+	before, err := env.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := 0; i < n; i++ {
+		newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
+		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("data-%d", i)}})
+	}
+	// Kill the provisioner once the first volume exists.
+	err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		vols, err := env.Volumes(ctx)
+		return err == nil && len(vols) > len(before), nil
+	})
+	if err != nil {
+		t.Fatalf("no volume created: %v", err)
+	}
+	env.Provisioner().Kill()
+	if err := env.StartProvisioner(); err != nil {
+		t.Fatal(err)
+	}
+	handles := map[string]bool{}
+	for i := 0; i < n; i++ {
+		pv := waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
+		if handles[pv.Spec.CSI.VolumeHandle] {
+			t.Errorf("volume %s bound twice", pv.Spec.CSI.VolumeHandle)
+		}
+		handles[pv.Spec.CSI.VolumeHandle] = true
+	}
+	after, err := env.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before)+n {
+		t.Errorf("driver volumes %d -> %d, want exactly %d new (no duplicates, no orphans)", len(before), len(after), n)
+	}
+}

@@ -1,0 +1,303 @@
+// Package lab deploys the project on a local control plane the way a storage
+// vendor would on a cluster: the mock driver's node service on every node
+// (its NodeGetInfo answer published as the node's CSINode entry), the mock
+// driver's controller, and csi-provisioner under its own ServiceAccount with
+// the RBAC rules of deploy/. The end-to-end tests and `make run` share it.
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+)
+
+// ZoneKey is the mock driver's zone topology key.
+const ZoneKey = driver.TopologyPrefix + "zone"
+
+// DriverName is the mock driver's name.
+const DriverName = driver.DefaultName
+
+// Config describes the lab.
+type Config struct {
+	// Zones and NodesPerZone shape the cluster; nodes are named
+	// node-<zone>-<letter>.
+	Zones        []string
+	NodesPerZone int
+	// CapacityBytes is each zone's capacity in the mock driver.
+	CapacityBytes int64
+	// ProvisionerArgs are extra csi-provisioner flags.
+	ProvisionerArgs []string
+}
+
+// Lab is a deployed mock driver and provisioner on a cluster.
+type Lab struct {
+	Cluster *controlplane.Cluster
+	BinDir  string
+	// AdminURL is the mock controller's admin endpoint.
+	AdminURL string
+	// Nodes maps node name to zone.
+	Nodes map[string]string
+
+	cfg            Config
+	socketDir      string
+	controllerSock string
+	provKubeconfig string
+	provisioner    *controlplane.Process
+	provCount      int
+}
+
+// Setup builds the project's binaries, creates the nodes, starts a mock
+// node service per node and publishes its CSINode entry, starts the mock
+// controller and the provisioner.
+func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, error) {
+	l := &Lab{Cluster: c, cfg: cfg, Nodes: map[string]string{},
+		BinDir: filepath.Join(c.Dir, "bin"), socketDir: filepath.Join(c.Dir, "sockets")}
+	if err := os.MkdirAll(l.socketDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := controlplane.BuildProject(ctx, c.RepoRoot, l.BinDir, "./cmd/mock-driver", "./cmd/csi-provisioner"); err != nil {
+		return nil, err
+	}
+	for _, z := range cfg.Zones {
+		for i := 0; i < cfg.NodesPerZone; i++ {
+			if err := l.AddNode(ctx, fmt.Sprintf("node-%s-%c", z, 'a'+i), z, true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := l.startController(); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"namespace.yaml", "provisioner-rbac.yaml"} {
+		if err := c.ApplyFile(ctx, filepath.Join(c.RepoRoot, "deploy", "kubernetes", "base", f), false); err != nil {
+			return nil, err
+		}
+	}
+	kc, err := c.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-provisioner")
+	if err != nil {
+		return nil, err
+	}
+	l.provKubeconfig = kc
+	if err := l.StartProvisioner(cfg.ProvisionerArgs...); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func (l *Lab) startController() error {
+	type seg struct {
+		Topology      map[string]string `json:"topology"`
+		CapacityBytes int64             `json:"capacityBytes"`
+	}
+	var segs []seg
+	for _, z := range l.cfg.Zones {
+		segs = append(segs, seg{Topology: map[string]string{"zone": z}, CapacityBytes: l.cfg.CapacityBytes})
+	}
+	data, _ := json.Marshal(map[string]any{"segments": segs})
+	segFile := filepath.Join(l.Cluster.Dir, "segments.json")
+	if err := os.WriteFile(segFile, data, 0o644); err != nil {
+		return err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	l.controllerSock = filepath.Join(l.socketDir, "controller.sock")
+	if _, err := l.Cluster.StartProcess("mock-driver-controller", filepath.Join(l.BinDir, "mock-driver"), []string{
+		"--mode=controller", "--endpoint=unix://" + l.controllerSock, "--segments-file=" + segFile,
+		"--state-file=" + filepath.Join(l.Cluster.Dir, "mock-state.json"), "--admin-address=" + addr, "-v=2",
+	}, nil); err != nil {
+		return err
+	}
+	l.AdminURL = "http://" + addr
+	return waitHTTP(l.AdminURL+"/healthz", 30*time.Second)
+}
+
+func waitHTTP(url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := http.Get(url) //nolint:noctx // local, bounded by the deadline
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within %s: %v", url, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// AddNode creates a Ready node in zone. With driver, it also runs a mock
+// node service for it and publishes the CSINode entry from its NodeGetInfo.
+func (l *Lab) AddNode(ctx context.Context, name, zone string, withDriver bool) error {
+	if _, err := l.Cluster.CreateNode(ctx, name, map[string]string{ZoneKey: zone}, nil); err != nil {
+		return err
+	}
+	l.Nodes[name] = zone
+	if !withDriver {
+		return nil
+	}
+	sock := filepath.Join(l.socketDir, name+".sock")
+	if _, err := l.Cluster.StartProcess("mock-driver-"+name, filepath.Join(l.BinDir, "mock-driver"), []string{
+		"--mode=node", "--node-id=" + name, "--node-topology=zone=" + zone, "--endpoint=unix://" + sock, "-v=2",
+	}, nil); err != nil {
+		return err
+	}
+	return l.publishCSINode(ctx, name, sock)
+}
+
+// publishCSINode writes the node's CSINode entry from the driver's
+// NodeGetInfo, as kubelet's plugin registration would.
+func (l *Lab) publishCSINode(ctx context.Context, node, sock string) error {
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var info *csi.NodeGetInfoResponse
+	err = l.Cluster.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		var err error
+		info, err = csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("NodeGetInfo of %s: %w", node, err)
+	}
+	var keys []string
+	for k := range info.GetAccessibleTopology().GetSegments() {
+		keys = append(keys, k)
+	}
+	entry := storagev1.CSINodeDriver{Name: DriverName, NodeID: info.GetNodeId(), TopologyKeys: keys}
+	if n := info.GetMaxVolumesPerNode(); n > 0 {
+		c := int32(n)
+		entry.Allocatable = &storagev1.VolumeNodeResources{Count: &c}
+	}
+	csiNodes := l.Cluster.Client.StorageV1().CSINodes()
+	_, err = csiNodes.Create(ctx, &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{entry}},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		cur, gerr := csiNodes.Get(ctx, node, metav1.GetOptions{})
+		if gerr != nil {
+			return gerr
+		}
+		cur.Spec.Drivers = append(cur.Spec.Drivers, entry)
+		_, err = csiNodes.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+// StartProvisioner (re)starts csi-provisioner with the lab's flags plus
+// extra flags, stopping a running one first.
+func (l *Lab) StartProvisioner(extra ...string) error {
+	l.StopProvisioner()
+	l.provCount++
+	args := append([]string{
+		"--csi-address=unix://" + l.controllerSock, "--kubeconfig=" + l.provKubeconfig,
+		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=4",
+	}, extra...)
+	p, err := l.Cluster.StartProcess("csi-provisioner-"+strconv.Itoa(l.provCount), filepath.Join(l.BinDir, "csi-provisioner"), args, nil)
+	if err != nil {
+		return err
+	}
+	l.provisioner = p
+	return nil
+}
+
+// StopProvisioner stops the running provisioner (SIGTERM).
+func (l *Lab) StopProvisioner() {
+	if l.provisioner != nil {
+		l.provisioner.Stop(15 * time.Second)
+		l.provisioner = nil
+	}
+}
+
+// Provisioner returns the running provisioner process.
+func (l *Lab) Provisioner() *controlplane.Process { return l.provisioner }
+
+// Volumes lists the mock driver's volumes.
+func (l *Lab) Volumes(ctx context.Context) ([]state.Volume, error) {
+	var out []state.Volume
+	return out, l.admin(ctx, http.MethodGet, "/volumes", nil, &out)
+}
+
+// CreateRequests lists the CreateVolume requests the mock driver received.
+func (l *Lab) CreateRequests(ctx context.Context) ([]driver.CreateRecord, error) {
+	var out []driver.CreateRecord
+	return out, l.admin(ctx, http.MethodGet, "/requests?method=CreateVolume", nil, &out)
+}
+
+// SetCapacity sets a zone's capacity in the mock driver.
+func (l *Lab) SetCapacity(ctx context.Context, zone string, bytes int64) error {
+	return l.admin(ctx, http.MethodPut, "/segments", map[string]any{
+		"topology": map[string]string{"zone": zone}, "capacityBytes": bytes}, nil)
+}
+
+// SetFaults replaces the mock driver's fault rules (nil clears them).
+func (l *Lab) SetFaults(ctx context.Context, rules []faults.Rule) error {
+	if rules == nil {
+		rules = []faults.Rule{}
+	}
+	return l.admin(ctx, http.MethodPut, "/faults", rules, nil)
+}
+
+func (l *Lab) admin(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, l.AdminURL+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
