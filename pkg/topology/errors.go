@@ -14,6 +14,10 @@ var ErrNodeIneligible = errors.New("selected node cannot host the volume")
 // allowedTopologies. Retrying does not help until the class is fixed.
 var ErrInvalidTopology = errors.New("invalid allowedTopologies")
 
+// ErrNoAllowedSegment says that no segment of the driver satisfies a class's
+// allowedTopologies. It may heal when nodes with such segments register.
+var ErrNoAllowedSegment = errors.New("no allowed segment")
+
 // NodeReason says why a node can never host a volume.
 type NodeReason string
 

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"fmt"
 	"hash/fnv"
 	"regexp"
 	"strconv"
@@ -47,11 +48,12 @@ type RequirementsInput struct {
 // segment. Errors are *NodeError (ErrNodeIneligible) or wrap
 // ErrInvalidTopology.
 //
-// Immediate binding: with AllowedTopologies, requisite is its flattening
-// projected onto the driver's keys (the key sets the index knows; when it
-// knows none, the terms' keys are kept as written). Without it and with
-// Immediate, requisite is every known segment. Otherwise, or when requisite
-// would be empty, there are no requirements (nil). preferred is requisite
+// Immediate binding: with AllowedTopologies, requisite is every segment of
+// the driver it allows (see allowedSegments); none is an error wrapping
+// ErrNoAllowedSegment, never "no requirements", which would let the driver
+// put the volume anywhere. Without AllowedTopologies and with Immediate,
+// requisite is every known segment. Otherwise, or when no segment is known,
+// there are no requirements (nil). preferred is requisite
 // rotated by a stable hash of the claim name; for a StatefulSet claim
 // "data-web-3" the hash is of "data-web" and the rotation is offset by 3, so
 // replicas start on consecutive segments.
@@ -134,7 +136,9 @@ func immediateRequirements(in RequirementsInput) (*csi.TopologyRequirement, erro
 		if err != nil {
 			return nil, err
 		}
-		requisite = projectOntoDriverKeys(flat, in.Index)
+		if requisite = allowedSegments(in.AllowedTopologies, flat, in.Index); len(requisite) == 0 {
+			return nil, fmt.Errorf("%w: no segment of CSI driver %q satisfies the StorageClass's allowedTopologies", ErrNoAllowedSegment, in.Driver)
+		}
 	case in.Immediate && in.Index != nil:
 		requisite = in.Index.allSegments()
 	}
@@ -147,11 +151,13 @@ func immediateRequirements(in RequirementsInput) (*csi.TopologyRequirement, erro
 	}, nil
 }
 
-// projectOntoDriverKeys keeps, of each flattened segment, only the driver's
-// topology keys: for every key set the index knows that the segment covers,
-// its projection. Segments covering no known key set are dropped. When the
-// index knows no key sets, segments are kept as written.
-func projectOntoDriverKeys(flat []Segment, index *Index) []Segment {
+// allowedSegments returns the segments allowedTopologies allows for the
+// driver: for every key set the index knows, the known segments the terms
+// allow (terms may name only some of the driver's keys, or other labels),
+// plus every flattened combination that covers the key set, projected onto
+// it (so a segment no node reports yet can still be asked for). When the
+// index knows no key sets, the flattened segments are kept as written.
+func allowedSegments(terms []v1.TopologySelectorTerm, flat []Segment, index *Index) []Segment {
 	var keySets [][]string
 	if index != nil {
 		keySets = index.KeySets()
@@ -160,8 +166,13 @@ func projectOntoDriverKeys(flat []Segment, index *Index) []Segment {
 		return flat
 	}
 	var out []Segment
-	for _, seg := range flat {
-		for _, keys := range keySets {
+	for _, keys := range keySets {
+		for _, s := range index.Segments(keys) {
+			if allowsSegment(terms, s) {
+				out = append(out, s)
+			}
+		}
+		for _, seg := range flat {
 			if p, ok := seg.project(keys); ok {
 				out = append(out, p)
 			}

@@ -163,6 +163,11 @@ func TestRequirementsDelayed(t *testing.T) {
 
 func TestRequirementsImmediate(t *testing.T) {
 	zones := zonalIndex([]string{"z1", "z2", "z3"}, 1)
+	racks := NewIndex(testDriver)
+	for _, n := range []struct{ name, zone, rack string }{{"a", "z1", "r1"}, {"b", "z2", "r1"}, {"c", "z2", "r2"}} {
+		racks.UpsertNode(makeNode(n.name, map[string]string{zoneKey: n.zone, rackKey: n.rack}))
+		racks.UpsertCSINode(makeCSINode(n.name, testDriver, zoneKey, rackKey))
+	}
 	tests := []struct {
 		name      string
 		allowed   []v1.TopologySelectorTerm
@@ -191,6 +196,16 @@ func TestRequirementsImmediate(t *testing.T) {
 				Preferred: csiTopo(seg(zoneKey, "z3"), seg(zoneKey, "z1")),
 			},
 		},
+		{
+			name:    "allowedTopologies naming only some driver keys select known segments",
+			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z2"))},
+			index:   racks,
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z2", rackKey, "r1"), seg(zoneKey, "z2", rackKey, "r2")),
+				Preferred: csiTopo(seg(zoneKey, "z2", rackKey, "r2"), seg(zoneKey, "z2", rackKey, "r1")),
+			},
+		},
+		{name: "no known segment allowed", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z9"))}, index: racks, wantErr: ErrNoAllowedSegment},
 		{
 			name:    "allowedTopologies kept as written when no key set is known",
 			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},

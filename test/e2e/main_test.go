@@ -23,6 +23,7 @@ import (
 
 const (
 	zoneKey    = lab.ZoneKey
+	rackKey    = lab.RackKey
 	driverName = lab.DriverName
 	gi         = int64(1) << 30
 	timeout    = 90 * time.Second
@@ -36,7 +37,7 @@ var (
 func TestMain(m *testing.M) {
 	os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(ctx context.Context, c *controlplane.Cluster) error {
 		var err error
-		env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2", "z3"}, NodesPerZone: 2, CapacityBytes: 100 * gi})
+		env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2", "z3"}, Racks: []string{"r1", "r2"}, NodesPerZone: 2, CapacityBytes: 100 * gi})
 		client = c.Client
 		return err
 	}))
@@ -69,6 +70,7 @@ func newNamespace(t *testing.T) (context.Context, string) {
 type classOpts struct {
 	immediate bool
 	zones     []string
+	terms     []v1.TopologySelectorTerm
 	reclaim   v1.PersistentVolumeReclaimPolicy
 }
 
@@ -91,6 +93,7 @@ func newClass(t *testing.T, ctx context.Context, name string, o classOpts) strin
 		sc.AllowedTopologies = []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
 			{Key: zoneKey, Values: o.zones}}}}
 	}
+	sc.AllowedTopologies = append(sc.AllowedTopologies, o.terms...)
 	if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,45 @@ func TestAllowedTopologies(t *testing.T) {
 	}
 }
 
+// Scenario 4: zone x rack, with the seeds' three allowed combinations
+// (z1 in racks r1 or r2, z2 in rack r1): every PV's affinity is one of them.
+func TestZoneRackTopology(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	terms := []v1.TopologySelectorTerm{
+		{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: zoneKey, Values: []string{"z1"}}, {Key: rackKey, Values: []string{"r1", "r2"}}}},
+		{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: zoneKey, Values: []string{"z2"}}, {Key: rackKey, Values: []string{"r1"}}}},
+	}
+	allowed := map[string]bool{"z1/r1": true, "z1/r2": true, "z2/r1": true}
+	imm := newClass(t, ctx, ns+"-imm", classOpts{immediate: true, terms: terms})
+	wffc := newClass(t, ctx, ns+"-wffc", classOpts{terms: terms})
+	const n = 4
+	for i := 0; i < n; i++ {
+		newPVC(t, ctx, ns, fmt.Sprintf("imm-%d", i), imm)
+		newPVC(t, ctx, ns, fmt.Sprintf("wffc-%d", i), wffc)
+		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("wffc-%d", i)}})
+	}
+	seen := map[string]bool{}
+	for i := 0; i < n; i++ {
+		for _, claim := range []string{fmt.Sprintf("imm-%d", i), fmt.Sprintf("wffc-%d", i)} {
+			pv := waitBound(t, ctx, ns, claim)
+			terms := pv.Spec.NodeAffinity.Required.NodeSelectorTerms
+			if len(terms) != 1 || len(terms[0].MatchExpressions) != 2 {
+				t.Fatalf("claim %s: affinity %+v, want one zone && rack term", claim, terms)
+			}
+			combo := map[string]string{}
+			for _, e := range terms[0].MatchExpressions {
+				combo[e.Key] = e.Values[0]
+			}
+			key := combo[zoneKey] + "/" + combo[rackKey]
+			if !allowed[key] {
+				t.Errorf("claim %s provisioned in %s, not one of the allowed combinations", claim, key)
+			}
+			seen[key] = true
+		}
+	}
+	t.Logf("combinations used: %v", seen)
+}
+
 // Scenario 5: three pods of one app with required anti-affinity on zone
 // land in three zones with their volumes; with one zone full the third pod
 // stays Pending and nothing leaks.
@@ -231,9 +270,15 @@ func TestSelectedNodeGone(t *testing.T) {
 	t.Run("no CSINode entry", func(t *testing.T) {
 		ctx, ns := newNamespace(t)
 		class := newClass(t, ctx, ns+"-wffc", classOpts{})
-		if err := env.AddNode(ctx, "node-nocsi", "z2", false); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := env.AddNode(ctx, "node-nocsi", "z2", "r1", false); err != nil {
 			t.Fatal(err)
 		}
+		// The stock scheduler favours this empty node for every later pod,
+		// and the provisioner would keep sending them back: remove it.
+		t.Cleanup(func() {
+			_ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), "node-nocsi", metav1.DeleteOptions{})
+			delete(env.Nodes, "node-nocsi")
+		})
 		newPVC(t, ctx, ns, "data", class)
 		newPod(t, ctx, ns, "first", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{"kubernetes.io/hostname": "node-nocsi"}})
 		err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
@@ -258,7 +303,7 @@ func TestSelectedNodeGone(t *testing.T) {
 				_ = env.StartProvisioner()
 			}
 		})
-		if err := env.AddNode(ctx, "node-doomed", "z3", true); err != nil {
+		if err := env.AddNode(ctx, "node-doomed", "z3", "r2", true); err != nil {
 			t.Fatal(err)
 		}
 		newPVC(t, ctx, ns, "data", class)
@@ -350,7 +395,7 @@ func TestStrictTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []map[string]string{{zoneKey: env.Nodes[node]}}
+	want := []map[string]string{{zoneKey: env.Nodes[node], rackKey: env.Racks[node]}}
 	found := false
 	for _, r := range reqs {
 		if r.Name != "pvc-"+string(pvc.UID) {

@@ -31,8 +31,11 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
 )
 
-// ZoneKey is the mock driver's zone topology key.
-const ZoneKey = driver.TopologyPrefix + "zone"
+// ZoneKey and RackKey are the mock driver's topology keys in the lab.
+const (
+	ZoneKey = driver.TopologyPrefix + "zone"
+	RackKey = driver.TopologyPrefix + "rack"
+)
 
 // DriverName is the mock driver's name.
 const DriverName = driver.DefaultName
@@ -43,6 +46,9 @@ type Config struct {
 	// node-<zone>-<letter>.
 	Zones        []string
 	NodesPerZone int
+	// Racks, when set, adds a rack topology key: the i-th node of a zone is
+	// in rack Racks[i % len(Racks)], and every zone x rack is a segment.
+	Racks []string
 	// CapacityBytes is each zone's capacity in the mock driver.
 	CapacityBytes int64
 	// ProvisionerArgs are extra csi-provisioner flags.
@@ -55,8 +61,9 @@ type Lab struct {
 	BinDir  string
 	// AdminURL is the mock controller's admin endpoint.
 	AdminURL string
-	// Nodes maps node name to zone.
+	// Nodes maps node name to zone; Racks maps node name to rack.
 	Nodes map[string]string
+	Racks map[string]string
 
 	cfg            Config
 	socketDir      string
@@ -70,7 +77,7 @@ type Lab struct {
 // node service per node and publishes its CSINode entry, starts the mock
 // controller and the provisioner.
 func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, error) {
-	l := &Lab{Cluster: c, cfg: cfg, Nodes: map[string]string{},
+	l := &Lab{Cluster: c, cfg: cfg, Nodes: map[string]string{}, Racks: map[string]string{},
 		BinDir: filepath.Join(c.Dir, "bin"), socketDir: filepath.Join(c.Dir, "sockets")}
 	if err := os.MkdirAll(l.socketDir, 0o755); err != nil {
 		return nil, err
@@ -80,7 +87,7 @@ func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, erro
 	}
 	for _, z := range cfg.Zones {
 		for i := 0; i < cfg.NodesPerZone; i++ {
-			if err := l.AddNode(ctx, fmt.Sprintf("node-%s-%c", z, 'a'+i), z, true); err != nil {
+			if err := l.AddNode(ctx, fmt.Sprintf("node-%s-%c", z, 'a'+i), z, l.rackOf(i), true); err != nil {
 				return nil, err
 			}
 		}
@@ -119,8 +126,8 @@ func (l *Lab) startController() error {
 		CapacityBytes int64             `json:"capacityBytes"`
 	}
 	var segs []seg
-	for _, z := range l.cfg.Zones {
-		segs = append(segs, seg{Topology: map[string]string{"zone": z}, CapacityBytes: l.cfg.CapacityBytes})
+	for _, topo := range l.segments() {
+		segs = append(segs, seg{Topology: topo, CapacityBytes: l.cfg.CapacityBytes})
 	}
 	data, _ := json.Marshal(map[string]any{"segments": segs})
 	segFile := filepath.Join(l.Cluster.Dir, "segments.json")
@@ -159,10 +166,41 @@ func waitHTTP(url string, timeout time.Duration) error {
 	}
 }
 
-// AddNode creates a Ready node in zone. With driver, it also runs a mock
-// node service for it and publishes the CSINode entry from its NodeGetInfo.
-func (l *Lab) AddNode(ctx context.Context, name, zone string, withDriver bool) error {
-	if _, err := l.Cluster.CreateNode(ctx, name, map[string]string{ZoneKey: zone}, nil); err != nil {
+// rackOf returns the rack of a zone's i-th node, "" without racks.
+func (l *Lab) rackOf(i int) string {
+	if len(l.cfg.Racks) == 0 {
+		return ""
+	}
+	return l.cfg.Racks[i%len(l.cfg.Racks)]
+}
+
+// segments returns the mock driver's segments: every zone, times every rack.
+func (l *Lab) segments() []map[string]string {
+	var out []map[string]string
+	for _, z := range l.cfg.Zones {
+		if len(l.cfg.Racks) == 0 {
+			out = append(out, map[string]string{"zone": z})
+			continue
+		}
+		for _, r := range l.cfg.Racks {
+			out = append(out, map[string]string{"zone": z, "rack": r})
+		}
+	}
+	return out
+}
+
+// AddNode creates a Ready node in zone (and rack, when not empty). With
+// driver, it also runs a mock node service for it and publishes the CSINode
+// entry from its NodeGetInfo.
+func (l *Lab) AddNode(ctx context.Context, name, zone, rack string, withDriver bool) error {
+	labels := map[string]string{ZoneKey: zone}
+	topo := "zone=" + zone
+	if rack != "" {
+		labels[RackKey] = rack
+		topo += ",rack=" + rack
+		l.Racks[name] = rack
+	}
+	if _, err := l.Cluster.CreateNode(ctx, name, labels, nil); err != nil {
 		return err
 	}
 	l.Nodes[name] = zone
@@ -171,7 +209,7 @@ func (l *Lab) AddNode(ctx context.Context, name, zone string, withDriver bool) e
 	}
 	sock := filepath.Join(l.socketDir, name+".sock")
 	if _, err := l.Cluster.StartProcess("mock-driver-"+name, filepath.Join(l.BinDir, "mock-driver"), []string{
-		"--mode=node", "--node-id=" + name, "--node-topology=zone=" + zone, "--endpoint=unix://" + sock, "-v=2",
+		"--mode=node", "--node-id=" + name, "--node-topology=" + topo, "--endpoint=unix://" + sock, "-v=2",
 	}, nil); err != nil {
 		return err
 	}
@@ -227,7 +265,7 @@ func (l *Lab) StartProvisioner(extra ...string) error {
 	l.provCount++
 	args := append([]string{
 		"--csi-address=unix://" + l.controllerSock, "--kubeconfig=" + l.provKubeconfig,
-		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=4",
+		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=3",
 	}, extra...)
 	p, err := l.Cluster.StartProcess("csi-provisioner-"+strconv.Itoa(l.provCount), filepath.Join(l.BinDir, "csi-provisioner"), args, nil)
 	if err != nil {
@@ -260,10 +298,18 @@ func (l *Lab) CreateRequests(ctx context.Context) ([]driver.CreateRecord, error)
 	return out, l.admin(ctx, http.MethodGet, "/requests?method=CreateVolume", nil, &out)
 }
 
-// SetCapacity sets a zone's capacity in the mock driver.
+// SetCapacity sets the capacity of every segment of a zone in the mock
+// driver.
 func (l *Lab) SetCapacity(ctx context.Context, zone string, bytes int64) error {
-	return l.admin(ctx, http.MethodPut, "/segments", map[string]any{
-		"topology": map[string]string{"zone": zone}, "capacityBytes": bytes}, nil)
+	for _, topo := range l.segments() {
+		if topo["zone"] != zone {
+			continue
+		}
+		if err := l.admin(ctx, http.MethodPut, "/segments", map[string]any{"topology": topo, "capacityBytes": bytes}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SetFaults replaces the mock driver's fault rules (nil clears them).
