@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -171,66 +170,38 @@ func (c *Controller) Run(ctx context.Context) error {
 // and returns functions that report when each handler has seen the initial
 // list: requirements computed before that could miss segments.
 func feedIndex(index *topology.Index, nodes, csiNodes cache.SharedIndexInformer) ([]cache.InformerSynced, error) {
-	nodeReg, err := nodes.AddEventHandler(nodeIndexHandler(index))
+	nodeReg, err := nodes.AddEventHandler(indexHandler(index.UpsertNode, index.DeleteNode))
 	if err != nil {
 		return nil, fmt.Errorf("watching nodes: %w", err)
 	}
-	csiNodeReg, err := csiNodes.AddEventHandler(csiNodeIndexHandler(index))
+	csiNodeReg, err := csiNodes.AddEventHandler(indexHandler(index.UpsertCSINode, index.DeleteCSINode))
 	if err != nil {
 		return nil, fmt.Errorf("watching CSINodes: %w", err)
 	}
 	return []cache.InformerSynced{nodeReg.HasSynced, csiNodeReg.HasSynced}, nil
 }
 
-// nodeIndexHandler keeps the segment index current with Node events.
-func nodeIndexHandler(index *topology.Index) cache.ResourceEventHandler {
+// indexHandler feeds informer events of one object type to the index: adds
+// and updates to upsert, deletions (also as tombstones) to remove.
+func indexHandler[T metav1.Object](upsert func(T), remove func(name string)) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { upsertNode(index, obj) },
-		UpdateFunc: func(_, obj any) { upsertNode(index, obj) },
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok {
+				upsert(o)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if o, ok := obj.(T); ok {
+				upsert(o)
+			}
+		},
 		DeleteFunc: func(obj any) {
-			if name, ok := objectName(obj); ok {
-				index.DeleteNode(name)
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if o, ok := obj.(T); ok {
+				remove(o.GetName())
 			}
 		},
 	}
-}
-
-func upsertNode(index *topology.Index, obj any) {
-	if node, ok := obj.(*v1.Node); ok {
-		index.UpsertNode(node)
-	}
-}
-
-// csiNodeIndexHandler keeps the segment index current with CSINode events.
-func csiNodeIndexHandler(index *topology.Index) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { upsertCSINode(index, obj) },
-		UpdateFunc: func(_, obj any) { upsertCSINode(index, obj) },
-		DeleteFunc: func(obj any) {
-			if name, ok := objectName(obj); ok {
-				index.DeleteCSINode(name)
-			}
-		},
-	}
-}
-
-func upsertCSINode(index *topology.Index, obj any) {
-	if n, ok := obj.(*storagev1.CSINode); ok {
-		index.UpsertCSINode(n)
-	}
-}
-
-// objectName returns the name of a deleted object, also when the informer
-// only has a tombstone for it.
-func objectName(obj any) (string, bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	switch o := obj.(type) {
-	case *v1.Node:
-		return o.Name, true
-	case *storagev1.CSINode:
-		return o.Name, true
-	}
-	return "", false
 }
