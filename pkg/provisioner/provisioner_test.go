@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
@@ -131,6 +132,7 @@ func TestProvisionReschedule(t *testing.T) {
 		wantReason topology.NodeReason
 	}{
 		{name: "node has no CSINode", node: makeNode("lonely", "z1"), class: makeClass("c"), wantReason: topology.CSINodeMissing},
+		{name: "driver not registered on the node", node: makeNode("foreign", "z1"), class: makeClass("c"), wantReason: topology.DriverNotRegistered},
 		{name: "node lacks the zone label", node: makeNode("n1", ""), class: makeClass("c"), wantReason: topology.TopologyLabelMissing},
 		{name: "node outside allowedTopologies", node: makeNode("n3", "z3"), class: makeClass("c").withAllowedZones("z1", "z2"), wantReason: topology.OutsideAllowedTopologies},
 		{name: "node gone", node: nil, class: makeClass("c"), wantReason: topology.NodeNotFound},
@@ -143,7 +145,10 @@ func TestProvisionReschedule(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, mock: tc.mock})
+			foreign := makeCSINode("foreign", zoneKey)
+			foreign.Spec.Drivers[0].Name = "other.example.com"
+			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, mock: tc.mock,
+				objs: []runtime.Object{makeNode("foreign", "z1"), foreign}})
 			name := "lonely"
 			if tc.node != nil {
 				name = tc.node.Name

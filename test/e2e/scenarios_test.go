@@ -453,6 +453,15 @@ func TestProvisionerCrash(t *testing.T) {
 	if err := env.StartProvisioner(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// SIGTERM shuts the provisioner down cleanly: exit status 0.
+		p := env.Provisioner()
+		env.StopProvisioner()
+		if err := p.Wait(); err != nil {
+			t.Errorf("provisioner after SIGTERM: %v", err)
+		}
+		_ = env.StartProvisioner()
+	})
 	handles := map[string]bool{}
 	for i := 0; i < n; i++ {
 		pv := waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
