@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
@@ -105,7 +106,8 @@ func main() {
 
 func run(ctx context.Context, cfg config) error {
 	mm := metrics.NewCSIMetricsManagerForSidecar("")
-	conn, info, err := provisioner.ConnectDriver(ctx, cfg.csiAddress, mm, cfg.probeTimeout)
+	conn, info, err := provisioner.ConnectDriver(ctx, cfg.csiAddress, mm, cfg.probeTimeout,
+		connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
 	if conn != nil {
 		defer conn.Close()
 	}

@@ -30,9 +30,11 @@ type DriverInfo struct {
 // driver has no controller service or lacks CREATE_DELETE_VOLUME, because the
 // provisioner could not do anything with it. The connection is returned even
 // when reading the driver fails after connecting, so the caller can close it.
-func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration) (*grpc.ClientConn, DriverInfo, error) {
+// opts are passed to connection.Connect (main exits on connection loss, as
+// the driver's capabilities may have changed).
+func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration, opts ...connection.Option) (*grpc.ClientConn, DriverInfo, error) {
 	logger := klog.FromContext(ctx)
-	conn, err := connection.Connect(ctx, address, mm, connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
+	conn, err := connection.Connect(ctx, address, mm, opts...)
 	if err != nil {
 		return nil, DriverInfo{}, fmt.Errorf("connecting to CSI driver at %q: %w", address, err)
 	}
