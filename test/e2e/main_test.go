@@ -124,6 +124,8 @@ type podOpts struct {
 	nodeSelector map[string]string
 	// antiAffinityLabel spreads pods with the same app label over zones.
 	antiAffinityLabel string
+	// notInZone keeps the pod out of a zone (required node affinity).
+	notInZone string
 }
 
 func newPod(t *testing.T, ctx context.Context, ns, name string, o podOpts) {
@@ -148,6 +150,15 @@ func newPod(t *testing.T, ctx context.Context, ns, name string, o podOpts) {
 				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": o.antiAffinityLabel}},
 				TopologyKey:   zoneKey,
 			}},
+		}}
+	}
+	if o.notInZone != "" {
+		if pod.Spec.Affinity == nil {
+			pod.Spec.Affinity = &v1.Affinity{}
+		}
+		pod.Spec.Affinity.NodeAffinity = &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+			NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
+				{Key: zoneKey, Operator: v1.NodeSelectorOpNotIn, Values: []string{o.notInZone}}}}},
 		}}
 	}
 	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

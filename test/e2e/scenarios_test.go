@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
 // Scenario 1: immediate binding, no topology in the class.
@@ -249,7 +250,9 @@ func TestSelectedZoneFull(t *testing.T) {
 		t.Fatalf("no event about the full zone:%s", eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
 	}
 	deletePod(t, ctx, ns, "first")
-	newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}})
+	// The stock scheduler knows nothing of capacity (the companion filter
+	// does), so it could pick z1 again and again: the second pod keeps out.
+	newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}, notInZone: "z1"})
 	pv := waitBound(t, ctx, ns, "data")
 	node := waitPodNode(t, ctx, ns, "second")
 	z := volumeOf(t, ctx, pv).Segment[zoneKey]
@@ -270,7 +273,7 @@ func TestSelectedNodeGone(t *testing.T) {
 	t.Run("no CSINode entry", func(t *testing.T) {
 		ctx, ns := newNamespace(t)
 		class := newClass(t, ctx, ns+"-wffc", classOpts{})
-		if err := env.AddNode(ctx, "node-nocsi", "z2", "r1", false); err != nil {
+		if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-nocsi", Zone: "z2", Rack: "r1"}); err != nil {
 			t.Fatal(err)
 		}
 		// The stock scheduler favours this empty node for every later pod,
@@ -303,7 +306,7 @@ func TestSelectedNodeGone(t *testing.T) {
 				_ = env.StartProvisioner()
 			}
 		})
-		if err := env.AddNode(ctx, "node-doomed", "z3", "r2", true); err != nil {
+		if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-doomed", Zone: "z3", Rack: "r2", Driver: true}); err != nil {
 			t.Fatal(err)
 		}
 		newPVC(t, ctx, ns, "data", class)
@@ -320,6 +323,7 @@ func TestSelectedNodeGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		delete(env.Nodes, "node-doomed")
+		env.StopPublisher("node-doomed")
 		newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}})
 		if err := env.StartProvisioner(); err != nil {
 			t.Fatal(err)

@@ -18,11 +18,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
@@ -69,25 +64,52 @@ type Lab struct {
 	socketDir      string
 	controllerSock string
 	provKubeconfig string
+	pubKubeconfig  string
 	provisioner    *controlplane.Process
 	provCount      int
+	publishers     map[string]*controlplane.Process
+	pubCount       int
+}
+
+// NodeSpec describes a node AddNode creates.
+type NodeSpec struct {
+	Name, Zone, Rack string
+	// Driver runs the mock driver's node service and csi-node-publisher.
+	Driver bool
+	// MaxVolumes is the driver's max_volumes_per_node (0: no limit).
+	MaxVolumes int64
+	// DriverTopology, when set, is the segment the driver reports instead of
+	// the node's labels (e.g. "zone=z1"), to provoke label collisions.
+	DriverTopology string
 }
 
 // Setup builds the project's binaries, creates the nodes, starts a mock
 // node service per node and publishes its CSINode entry, starts the mock
 // controller and the provisioner.
 func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, error) {
-	l := &Lab{Cluster: c, cfg: cfg, Nodes: map[string]string{}, Racks: map[string]string{},
+	l := &Lab{Cluster: c, cfg: cfg, Nodes: map[string]string{}, Racks: map[string]string{}, publishers: map[string]*controlplane.Process{},
 		BinDir: filepath.Join(c.Dir, "bin"), socketDir: filepath.Join(c.Dir, "sockets")}
 	if err := os.MkdirAll(l.socketDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := controlplane.BuildProject(ctx, c.RepoRoot, l.BinDir, "./cmd/mock-driver", "./cmd/csi-provisioner"); err != nil {
+	if err := controlplane.BuildProject(ctx, c.RepoRoot, l.BinDir, "./cmd/mock-driver", "./cmd/csi-provisioner", "./cmd/csi-node-publisher"); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"namespace.yaml", "provisioner-rbac.yaml", "node-publisher-rbac.yaml"} {
+		if err := c.ApplyFile(ctx, filepath.Join(c.RepoRoot, "deploy", "kubernetes", "base", f), false); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if l.provKubeconfig, err = c.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-provisioner"); err != nil {
+		return nil, err
+	}
+	if l.pubKubeconfig, err = c.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-node-publisher"); err != nil {
 		return nil, err
 	}
 	for _, z := range cfg.Zones {
 		for i := 0; i < cfg.NodesPerZone; i++ {
-			if err := l.AddNode(ctx, fmt.Sprintf("node-%s-%c", z, 'a'+i), z, l.rackOf(i), true); err != nil {
+			if err := l.AddNode(ctx, NodeSpec{Name: fmt.Sprintf("node-%s-%c", z, 'a'+i), Zone: z, Rack: l.rackOf(i), Driver: true}); err != nil {
 				return nil, err
 			}
 		}
@@ -95,16 +117,6 @@ func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, erro
 	if err := l.startController(); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{"namespace.yaml", "provisioner-rbac.yaml"} {
-		if err := c.ApplyFile(ctx, filepath.Join(c.RepoRoot, "deploy", "kubernetes", "base", f), false); err != nil {
-			return nil, err
-		}
-	}
-	kc, err := c.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-provisioner")
-	if err != nil {
-		return nil, err
-	}
-	l.provKubeconfig = kc
 	if err := l.StartProvisioner(cfg.ProvisionerArgs...); err != nil {
 		return nil, err
 	}
@@ -189,74 +201,79 @@ func (l *Lab) segments() []map[string]string {
 	return out
 }
 
-// AddNode creates a Ready node in zone (and rack, when not empty). With
-// driver, it also runs a mock node service for it and publishes the CSINode
-// entry from its NodeGetInfo.
-func (l *Lab) AddNode(ctx context.Context, name, zone, rack string, withDriver bool) error {
-	labels := map[string]string{ZoneKey: zone}
-	topo := "zone=" + zone
-	if rack != "" {
-		labels[RackKey] = rack
-		topo += ",rack=" + rack
-		l.Racks[name] = rack
+// AddNode creates a Ready node. With a driver, it also runs the mock
+// driver's node service for it and csi-node-publisher, which publishes the
+// node's CSINode entry from NodeGetInfo, and waits for that entry.
+func (l *Lab) AddNode(ctx context.Context, spec NodeSpec) error {
+	labels := map[string]string{ZoneKey: spec.Zone}
+	topo := "zone=" + spec.Zone
+	if spec.Rack != "" {
+		labels[RackKey] = spec.Rack
+		topo += ",rack=" + spec.Rack
+		l.Racks[spec.Name] = spec.Rack
 	}
-	if _, err := l.Cluster.CreateNode(ctx, name, labels, nil); err != nil {
+	if _, err := l.Cluster.CreateNode(ctx, spec.Name, labels, nil); err != nil {
 		return err
 	}
-	l.Nodes[name] = zone
-	if !withDriver {
+	l.Nodes[spec.Name] = spec.Zone
+	if !spec.Driver {
 		return nil
 	}
-	sock := filepath.Join(l.socketDir, name+".sock")
-	if _, err := l.Cluster.StartProcess("mock-driver-"+name, filepath.Join(l.BinDir, "mock-driver"), []string{
-		"--mode=node", "--node-id=" + name, "--node-topology=" + topo, "--endpoint=unix://" + sock, "-v=2",
+	if spec.DriverTopology != "" {
+		topo = spec.DriverTopology
+	}
+	if _, err := l.Cluster.StartProcess("mock-driver-"+spec.Name, filepath.Join(l.BinDir, "mock-driver"), []string{
+		"--mode=node", "--node-id=" + spec.Name, "--node-topology=" + topo, "--endpoint=unix://" + l.nodeSocket(spec.Name),
+		"--max-volumes-per-node=" + strconv.FormatInt(spec.MaxVolumes, 10), "-v=2",
 	}, nil); err != nil {
 		return err
 	}
-	return l.publishCSINode(ctx, name, sock)
+	return l.StartPublisher(ctx, spec.Name)
 }
 
-// publishCSINode writes the node's CSINode entry from the driver's
-// NodeGetInfo, as kubelet's plugin registration would.
-func (l *Lab) publishCSINode(ctx context.Context, node, sock string) error {
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func (l *Lab) nodeSocket(node string) string { return filepath.Join(l.socketDir, node+".sock") }
+
+// StartPublisher (re)starts the node's csi-node-publisher with extra flags
+// and waits until the node's CSINode has an entry for the driver.
+func (l *Lab) StartPublisher(ctx context.Context, node string, extra ...string) error {
+	l.StopPublisher(node)
+	l.pubCount++
+	args := append([]string{
+		"--csi-address=unix://" + l.nodeSocket(node), "--kubeconfig=" + l.pubKubeconfig, "--node-name=" + node,
+		"--resync-period=10s", "-v=2",
+	}, extra...)
+	p, err := l.Cluster.StartProcess(fmt.Sprintf("csi-node-publisher-%s-%d", node, l.pubCount), filepath.Join(l.BinDir, "csi-node-publisher"), args, nil)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	var info *csi.NodeGetInfoResponse
-	err = l.Cluster.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
-		var err error
-		info, err = csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
-		return err == nil, nil
-	})
-	if err != nil {
-		return fmt.Errorf("NodeGetInfo of %s: %w", node, err)
-	}
-	var keys []string
-	for k := range info.GetAccessibleTopology().GetSegments() {
-		keys = append(keys, k)
-	}
-	entry := storagev1.CSINodeDriver{Name: DriverName, NodeID: info.GetNodeId(), TopologyKeys: keys}
-	if n := info.GetMaxVolumesPerNode(); n > 0 {
-		c := int32(n)
-		entry.Allocatable = &storagev1.VolumeNodeResources{Count: &c}
-	}
-	csiNodes := l.Cluster.Client.StorageV1().CSINodes()
-	_, err = csiNodes.Create(ctx, &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: node},
-		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{entry}},
-	}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		cur, gerr := csiNodes.Get(ctx, node, metav1.GetOptions{})
-		if gerr != nil {
-			return gerr
+	l.publishers[node] = p
+	return l.Cluster.WaitFor(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("csi-node-publisher for %s exited: %v (log %s)", node, p.Wait(), p.LogPath())
 		}
-		cur.Spec.Drivers = append(cur.Spec.Drivers, entry)
-		_, err = csiNodes.Update(ctx, cur, metav1.UpdateOptions{})
-	}
-	return err
+		cn, err := l.Cluster.Client.StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, d := range cn.Spec.Drivers {
+			if d.Name == DriverName {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
+
+// StopPublisher stops the node's csi-node-publisher (SIGTERM).
+func (l *Lab) StopPublisher(node string) {
+	if p := l.publishers[node]; p != nil {
+		p.Stop(15 * time.Second)
+		delete(l.publishers, node)
+	}
+}
+
+// Publisher returns the node's running csi-node-publisher, or nil.
+func (l *Lab) Publisher(node string) *controlplane.Process { return l.publishers[node] }
 
 // StartProvisioner (re)starts csi-provisioner with the lab's flags plus
 // extra flags, stopping a running one first.

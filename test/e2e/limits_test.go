@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+)
+
+// ourEntries returns the node's CSINode entries of the mock driver.
+func ourEntries(ctx context.Context, node string) ([]storagev1.CSINodeDriver, string, error) {
+	cn, err := client.StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	var out []storagev1.CSINodeDriver
+	for _, d := range cn.Spec.Drivers {
+		if d.Name == driverName {
+			out = append(out, d)
+		}
+	}
+	return out, cn.ResourceVersion, nil
+}
+
+func waitCount(t *testing.T, ctx context.Context, node string, want int32) string {
+	t.Helper()
+	var rv string
+	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		entries, v, err := ourEntries(ctx, node)
+		if err != nil || len(entries) != 1 || entries[0].Allocatable == nil || entries[0].Allocatable.Count == nil {
+			return false, nil
+		}
+		rv = v
+		return *entries[0].Allocatable.Count == want, nil
+	})
+	if err != nil {
+		entries, _, _ := ourEntries(ctx, node)
+		t.Fatalf("CSINode %s: entries %+v, want one with count %d: %v", node, entries, want, err)
+	}
+	return rv
+}
+
+// Issue 4, scenarios 1 and 2: the published count drives the stock
+// scheduler's NodeVolumeLimits; restarting with --reserved-volumes=1 lowers
+// it without duplicating the entry.
+func TestVolumeLimits(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	const node = "node-limited"
+	if err := env.AddNode(ctx, lab.NodeSpec{Name: node, Zone: "z1", Rack: "r1", Driver: true, MaxVolumes: 2}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		env.StopPublisher(node)
+		_ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), node, metav1.DeleteOptions{})
+		delete(env.Nodes, node)
+	})
+	waitCount(t, ctx, node, 2)
+
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	prefer := &v1.Affinity{NodeAffinity: &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{
+		Weight: 100, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
+			{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}},
+	}}}}
+	for i := 0; i < 3; i++ {
+		claim := fmt.Sprintf("data-%d", i)
+		newPVC(t, ctx, ns, claim, class)
+		newPodWithAffinity(t, ctx, ns, fmt.Sprintf("app-%d", i), claim, prefer)
+		waitBound(t, ctx, ns, claim)
+		got := waitPodNode(t, ctx, ns, fmt.Sprintf("app-%d", i))
+		if i < 2 && got != node {
+			t.Fatalf("app-%d on %s, want %s (it prefers that node, which has room)", i, got, node)
+		}
+		if i == 2 && got == node {
+			t.Fatalf("app-2 on %s although its 2 volumes are in use", node)
+		}
+	}
+
+	// Restart with one reserved volume: the count drops to 1, one entry.
+	if err := env.StartPublisher(ctx, node, "--reserved-volumes=1", "--resync-period=500ms", "-v=4"); err != nil {
+		t.Fatal(err)
+	}
+	rv := waitCount(t, ctx, node, 1)
+	// No flapping: once current, resyncs (every 500ms) write nothing. Wait
+	// for the publisher to have resynced several times, then compare.
+	logPath := env.Publisher(node).LogPath()
+	if err := env.Cluster.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
+		data, _ := os.ReadFile(logPath)
+		return strings.Count(string(data), "CSINode entry already current") >= 4, nil
+	}); err != nil {
+		t.Fatalf("publisher did not resync: %v", err)
+	}
+	entries, now, err := ourEntries(ctx, node)
+	if err != nil || len(entries) != 1 || now != rv {
+		t.Errorf("after resyncs: %d entries, resourceVersion %s -> %s (%v); want one entry and no writes", len(entries), rv, now, err)
+	}
+}
+
+// Issue 4, scenario 3: a node label that collides with the driver's
+// topology is reported and not overwritten.
+func TestTopologyLabelCollision(t *testing.T) {
+	ctx, _ := newNamespace(t)
+	const node = "node-collide"
+	err := env.AddNode(ctx, lab.NodeSpec{Name: node, Zone: "z2", Rack: "r1", Driver: true, DriverTopology: "zone=z3,rack=r1"})
+	t.Cleanup(func() {
+		env.StopPublisher(node)
+		_ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), node, metav1.DeleteOptions{})
+		delete(env.Nodes, node)
+	})
+	if err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("publisher with a colliding label: %v, want it to exit", err)
+	}
+	if perr := env.Publisher(node).Wait(); perr == nil {
+		t.Error("publisher exited with status 0 on a label collision")
+	}
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil || n.Labels[zoneKey] != "z2" {
+		t.Errorf("node zone label = %q (%v), want the original z2", n.Labels[zoneKey], err)
+	}
+	if ev := eventsOf(ctx, "default", "Node", node); !strings.Contains(ev, "TopologyLabelCollision") {
+		t.Errorf("no collision Event on the node:%s", ev)
+	}
+	if entries, _, _ := ourEntries(ctx, node); len(entries) != 0 {
+		t.Errorf("CSINode entry published despite the collision: %+v", entries)
+	}
+}
+
+// Issue 4, scenario 4: the publisher's ServiceAccount may read and write
+// CSINodes and Nodes as it needs, and nothing more.
+func TestPublisherRBAC(t *testing.T) {
+	ctx, _ := newNamespace(t)
+	kc, err := env.Cluster.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-node-publisher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sa.StorageV1().CSINodes().Get(ctx, "node-z1-a", metav1.GetOptions{}); err != nil {
+		t.Errorf("get CSINode: %v", err)
+	}
+	if _, err := sa.CoreV1().Nodes().Get(ctx, "node-z1-a", metav1.GetOptions{}); err != nil {
+		t.Errorf("get Node: %v", err)
+	}
+	for name, call := range map[string]func() error{
+		"list nodes": func() error { _, err := sa.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
+		"delete CSINode": func() error {
+			return sa.StorageV1().CSINodes().Delete(ctx, "node-z1-a", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		},
+		"update Node": func() error {
+			n, _ := client.CoreV1().Nodes().Get(ctx, "node-z1-a", metav1.GetOptions{})
+			_, err := sa.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+		"read secrets": func() error { _, err := sa.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); return err },
+		"list PVs":     func() error { _, err := sa.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{}); return err },
+	} {
+		if err := call(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want Forbidden", name, err)
+		}
+	}
+}
+
+func newPodWithAffinity(t *testing.T, ctx context.Context, ns, name, claim string, affinity *v1.Affinity) {
+	t.Helper()
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1.PodSpec{
+			Affinity:   affinity,
+			Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", VolumeMounts: []v1.VolumeMount{{Name: "v", MountPath: "/v"}}}},
+			Volumes: []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{
+				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		},
+	}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
