@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -200,5 +201,50 @@ func TestRunCleanupOnExit(t *testing.T) {
 	}
 	if diff := cmp.Diff([]storagev1.CSINodeDriver{other}, cn.Spec.Drivers); diff != "" {
 		t.Errorf("drivers after cleanup (-want +got):\n%s", diff)
+	}
+}
+
+// unreachable is a driver whose every call fails, as a restarting driver.
+type unreachable struct{ DriverClient }
+
+func (unreachable) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest, ...grpc.CallOption) (*csi.GetPluginInfoResponse, error) {
+	return nil, errors.New("connection refused")
+}
+
+func (unreachable) Probe(context.Context, *csi.ProbeRequest, ...grpc.CallOption) (*csi.ProbeResponse, error) {
+	return nil, errors.New("connection refused")
+}
+
+// An unreachable driver keeps the last entry, fails health, and is retried.
+func TestDriverUnreachable(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset(node(nil))
+	reg := metrics.NewKubeRegistry()
+	p, err := NewPublisher(PublisherConfig{NodeName: "n1"}, client, startNodeDriver(t, ctx, 2), record.NewFakeRecorder(10), NewPublisherMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PublishOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.driver = unreachable{}
+	if err := p.PublishOnce(ctx); err == nil {
+		t.Fatal("publish with an unreachable driver succeeded")
+	}
+	if p.Healthy() == nil {
+		t.Error("healthy although the driver is unreachable")
+	}
+	if !p.probe(ctx) {
+		t.Error("probe of a down driver asks for a publish")
+	}
+	cn, err := client.StorageV1().CSINodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil || len(cn.Spec.Drivers) != 1 {
+		t.Errorf("last entry not kept: %+v, %v", cn, err)
+	}
+	if p.Published() == nil {
+		t.Error("published entry forgotten")
+	}
+	if _, err := NewPublisher(PublisherConfig{}, client, unreachable{}, nil, nil); err == nil {
+		t.Error("publisher without a node name accepted")
 	}
 }
