@@ -16,3 +16,7 @@ ENTRYPOINT ["/csi-provisioner"]
 FROM gcr.io/distroless/static:nonroot AS mock-driver
 COPY --from=builder /out/mock-driver /mock-driver
 ENTRYPOINT ["/mock-driver"]
+
+FROM gcr.io/distroless/static:nonroot AS csi-node-publisher
+COPY --from=builder /out/csi-node-publisher /csi-node-publisher
+ENTRYPOINT ["/csi-node-publisher"]
