@@ -16,13 +16,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
@@ -111,18 +107,13 @@ func run(ctx context.Context, cfg config) error {
 	}
 	defer conn.Close()
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-node-publisher", Host: cfg.publisher.NodeName})
-
 	reg := metrics.NewKubeRegistry()
 	pub, err := limits.NewPublisher(cfg.publisher, client,
 		struct {
 			csi.IdentityClient
 			csi.NodeClient
 		}{csi.NewIdentityClient(conn), csi.NewNodeClient(conn)},
-		recorder, limits.NewPublisherMetrics(reg))
+		limits.NewPublisherMetrics(reg))
 	if err != nil {
 		return err
 	}

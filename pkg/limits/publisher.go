@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 )
@@ -69,11 +68,10 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 // when the values already match it writes nothing, it never touches other
 // drivers' entries, and it never overwrites a label with another value.
 type Publisher struct {
-	cfg      PublisherConfig
-	client   kubernetes.Interface
-	driver   DriverClient
-	recorder record.EventRecorder
-	metrics  *PublisherMetrics
+	cfg     PublisherConfig
+	client  kubernetes.Interface
+	driver  DriverClient
+	metrics *PublisherMetrics
 
 	mu        sync.Mutex
 	lastErr   error
@@ -81,16 +79,15 @@ type Publisher struct {
 	published *storagev1.CSINodeDriver
 }
 
-// NewPublisher returns a Publisher. recorder posts Events on the Node;
-// metrics may be nil.
-func NewPublisher(cfg PublisherConfig, client kubernetes.Interface, driver DriverClient, recorder record.EventRecorder, metrics *PublisherMetrics) (*Publisher, error) {
+// NewPublisher returns a Publisher; metrics may be nil.
+func NewPublisher(cfg PublisherConfig, client kubernetes.Interface, driver DriverClient, metrics *PublisherMetrics) (*Publisher, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("a node name is required (--node-name or NODE_NAME)")
 	}
 	if cfg.ReservedVolumes < 0 {
 		return nil, errors.New("--reserved-volumes must not be negative")
 	}
-	return &Publisher{cfg: cfg.withDefaults(), client: client, driver: driver, recorder: recorder, metrics: metrics}, nil
+	return &Publisher{cfg: cfg.withDefaults(), client: client, driver: driver, metrics: metrics}, nil
 }
 
 // Healthy returns nil while the driver answers and the last publish worked.
@@ -257,8 +254,8 @@ func (p *Publisher) patchNode(ctx context.Context, node *v1.Node, driver string,
 			labels[k] = v
 		case cur != v:
 			msg := fmt.Sprintf("node label %s=%s collides with the value %q that CSI driver %s reports; not overwriting it", k, cur, v, driver)
-			p.recorder.Event(node, v1.EventTypeWarning, "TopologyLabelCollision", msg)
 			p.metrics.observeCollision()
+			p.reportCollision(ctx, node, msg)
 			return fmt.Errorf("%w: %s", ErrLabelCollision, msg)
 		}
 	}
@@ -285,6 +282,25 @@ func (p *Publisher) patchNode(ctx context.Context, node *v1.Node, driver string,
 	}
 	klog.FromContext(ctx).Info("Labelled node with its topology segment", "node", node.Name, "labels", labels)
 	return nil
+}
+
+// reportCollision posts a Warning Event on the Node synchronously: the
+// collision ends the process, which an asynchronous recorder would not
+// survive.
+func (p *Publisher) reportCollision(ctx context.Context, node *v1.Node, msg string) {
+	now := metav1.Now()
+	_, err := p.client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, &v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: node.Name + ".", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
+		Reason:         "TopologyLabelCollision",
+		Message:        msg,
+		Type:           v1.EventTypeWarning,
+		Source:         v1.EventSource{Component: "csi-node-publisher", Host: node.Name},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Posting the collision Event failed", "node", node.Name)
+	}
 }
 
 // writeEntry creates the CSINode (owned by the Node) or patches its entry

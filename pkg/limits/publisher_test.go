@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -117,9 +116,8 @@ func TestPublishOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			client := fake.NewClientset(tc.objs...)
-			recorder := record.NewFakeRecorder(10)
 			p, err := NewPublisher(PublisherConfig{NodeName: "n1", ReservedVolumes: tc.reserved}, client,
-				startNodeDriver(t, ctx, tc.maxVolumes), recorder, nil)
+				startNodeDriver(t, ctx, tc.maxVolumes), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,13 +136,10 @@ func TestPublishOnce(t *testing.T) {
 			}
 			if tc.wantErr != nil {
 				if errors.Is(err, ErrLabelCollision) {
-					select {
-					case ev := <-recorder.Events:
-						if !strings.Contains(ev, "TopologyLabelCollision") {
-							t.Errorf("event %q", ev)
-						}
-					default:
-						t.Error("no Event for the label collision")
+					evs, _ := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+					if len(evs.Items) != 1 || evs.Items[0].Reason != "TopologyLabelCollision" || evs.Items[0].InvolvedObject.Name != "n1" ||
+						!strings.Contains(evs.Items[0].Message, "not overwriting") {
+						t.Errorf("collision events = %+v, want one on n1", evs.Items)
 					}
 					n, _ := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 					if n.Labels[zoneKey] != "elsewhere" {
@@ -179,7 +174,7 @@ func TestRunCleanupOnExit(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	other := storagev1.CSINodeDriver{Name: "other.example.com", NodeID: "x"}
 	client := fake.NewClientset(node(nil), csiNodeWith(other))
-	p, err := NewPublisher(PublisherConfig{NodeName: "n1", CleanupOnExit: true}, client, startNodeDriver(t, ctx, 2), record.NewFakeRecorder(10), nil)
+	p, err := NewPublisher(PublisherConfig{NodeName: "n1", CleanupOnExit: true}, client, startNodeDriver(t, ctx, 2), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +215,7 @@ func TestDriverUnreachable(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset(node(nil))
 	reg := metrics.NewKubeRegistry()
-	p, err := NewPublisher(PublisherConfig{NodeName: "n1"}, client, startNodeDriver(t, ctx, 2), record.NewFakeRecorder(10), NewPublisherMetrics(reg))
+	p, err := NewPublisher(PublisherConfig{NodeName: "n1"}, client, startNodeDriver(t, ctx, 2), NewPublisherMetrics(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +239,7 @@ func TestDriverUnreachable(t *testing.T) {
 	if p.Published() == nil {
 		t.Error("published entry forgotten")
 	}
-	if _, err := NewPublisher(PublisherConfig{}, client, unreachable{}, nil, nil); err == nil {
+	if _, err := NewPublisher(PublisherConfig{}, client, unreachable{}, nil); err == nil {
 		t.Error("publisher without a node name accepted")
 	}
 }

@@ -126,8 +126,10 @@ func TestTopologyLabelCollision(t *testing.T) {
 	if err != nil || n.Labels[zoneKey] != "z2" {
 		t.Errorf("node zone label = %q (%v), want the original z2", n.Labels[zoneKey], err)
 	}
-	if ev := eventsOf(ctx, "default", "Node", node); !strings.Contains(ev, "TopologyLabelCollision") {
-		t.Errorf("no collision Event on the node:%s", ev)
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return strings.Contains(eventsOf(ctx, "default", "Node", node), "TopologyLabelCollision"), nil
+	}); err != nil {
+		t.Errorf("no collision Event on the node: %v", err)
 	}
 	if entries, _, _ := ourEntries(ctx, node); len(entries) != 0 {
 		t.Errorf("CSINode entry published despite the collision: %+v", entries)
