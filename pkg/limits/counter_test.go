@@ -17,10 +17,11 @@ import (
 // stores builds indexed stores like informers with AddIndexers would.
 func stores(t testing.TB) Stores {
 	t.Helper()
-	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	// Each indexer gets its own Indexers map: AddIndexers adds to it.
+	nsIndex := func() cache.Indexers { return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc} }
 	s := Stores{
-		Pods:        cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex),
-		Claims:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex),
+		Pods:        cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex()),
+		Claims:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex()),
 		Attachments: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		Volumes:     cache.NewStore(cache.MetaNamespaceKeyFunc),
 		Classes:     cache.NewStore(cache.MetaNamespaceKeyFunc),

@@ -1,0 +1,114 @@
+package scheduler
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Ledger records storage reserved in a (segment, class) for claims that
+// have a node but no volume yet: pods reserved by the scheduler and not yet
+// annotated, and claims with selected-node set but not yet bound. An entry
+// ends when its claim is released (PV bound, annotation removed, pod
+// deleted) or expires. Safe for concurrent use; Reserve and Release of the
+// same claim are idempotent, so Reserve/Unreserve stay exact when calls for
+// one pod race.
+type Ledger struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu      sync.Mutex
+	claims  map[types.UID]reservation
+	buckets map[bucket]map[types.UID]bool
+}
+
+type bucket struct{ segment, class string }
+
+type reservation struct {
+	bucket  bucket
+	pod     string
+	bytes   int64
+	expires time.Time
+}
+
+// NewLedger returns a Ledger whose entries expire after ttl; now may be nil
+// (time.Now).
+func NewLedger(ttl time.Duration, now func() time.Time) *Ledger {
+	if now == nil {
+		now = time.Now
+	}
+	return &Ledger{ttl: ttl, now: now, claims: map[types.UID]reservation{}, buckets: map[bucket]map[types.UID]bool{}}
+}
+
+// Reserve records bytes for a claim of pod in (segment, class), replacing
+// an earlier reservation of the claim.
+func (l *Ledger) Reserve(claim types.UID, pod, segment, class string, bytes int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.releaseLocked(claim)
+	b := bucket{segment, class}
+	l.claims[claim] = reservation{bucket: b, pod: pod, bytes: bytes, expires: l.now().Add(l.ttl)}
+	if l.buckets[b] == nil {
+		l.buckets[b] = map[types.UID]bool{}
+	}
+	l.buckets[b][claim] = true
+}
+
+// Release ends a claim's reservation, if any.
+func (l *Ledger) Release(claim types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.releaseLocked(claim)
+}
+
+// ReleasePod ends every reservation of a pod.
+func (l *Ledger) ReleasePod(pod string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for uid, r := range l.claims {
+		if r.pod == pod {
+			l.releaseLocked(uid)
+		}
+	}
+}
+
+func (l *Ledger) releaseLocked(claim types.UID) {
+	r, ok := l.claims[claim]
+	if !ok {
+		return
+	}
+	delete(l.claims, claim)
+	delete(l.buckets[r.bucket], claim)
+	if len(l.buckets[r.bucket]) == 0 {
+		delete(l.buckets, r.bucket)
+	}
+}
+
+// Reserved returns the bytes reserved in (segment, class) by pods other
+// than exceptPod. Expired entries are dropped. Cost: the reservations in
+// flight in that bucket.
+func (l *Ledger) Reserved(segment, class, exceptPod string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	var sum int64
+	for uid := range l.buckets[bucket{segment, class}] {
+		r := l.claims[uid]
+		if now.After(r.expires) {
+			l.releaseLocked(uid)
+			continue
+		}
+		if r.pod != exceptPod {
+			sum += r.bytes
+		}
+	}
+	return sum
+}
+
+// Len returns the number of live reservations.
+func (l *Ledger) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.claims)
+}
