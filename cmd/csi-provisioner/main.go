@@ -18,6 +18,7 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -38,6 +39,12 @@ type config struct {
 	showVersion  bool
 	controller   provisioner.ControllerConfig
 	probeTimeout time.Duration
+
+	enableCapacity bool
+	capacity       provisioner.CapacityConfig
+	capacityOwner  string
+	capacityQPS    float64
+	capacityBurst  int
 }
 
 func parseFlags(args []string) (config, error) {
@@ -67,8 +74,17 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.controller.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "Leader-election lease duration.")
 	fs.DurationVar(&c.controller.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "Leader-election renew deadline.")
 	fs.DurationVar(&c.controller.RetryPeriod, "leader-election-retry-period", 5*time.Second, "Leader-election retry period.")
+	fs.BoolVar(&c.enableCapacity, "enable-capacity", false, "Publish CSIStorageCapacity objects per (segment, delayed-binding class of the driver).")
+	fs.DurationVar(&c.capacity.PollInterval, "capacity-poll-interval", time.Minute, "Refresh every capacity object this often (touched segments at once).")
+	fs.StringVar(&c.capacity.Namespace, "capacity-namespace", os.Getenv("NAMESPACE"), "Namespace of the CSIStorageCapacity objects (default: $NAMESPACE, else \"default\").")
+	fs.StringVar(&c.capacityOwner, "capacity-owner-deployment", "", "Deployment (in --capacity-namespace) that owns the capacity objects; empty: no owner.")
+	fs.Float64Var(&c.capacityQPS, "capacity-qps", 5, "QPS of the capacity publisher's own API client.")
+	fs.IntVar(&c.capacityBurst, "capacity-burst", 10, "Burst of the capacity publisher's own API client.")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.capacity.Namespace == "" {
+		c.capacity.Namespace = "default"
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -131,11 +147,28 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	cc := cfg.controller
+	clients := provisioner.Clients{Work: client, Events: events, LeaderElection: election}
+	if cfg.enableCapacity {
+		if !info.SupportsCapacity {
+			return fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
+		}
+		if clients.Capacity, err = newClient(restCfg, cfg.capacityQPS, cfg.capacityBurst, "csi-provisioner-capacity"); err != nil {
+			return err
+		}
+		capCfg := cfg.capacity
+		if cfg.capacityOwner != "" {
+			dep, err := client.AppsV1().Deployments(capCfg.Namespace).Get(ctx, cfg.capacityOwner, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading the owner Deployment of capacity objects: %w", err)
+			}
+			capCfg.Owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID}
+		}
+		cc.Capacity = &capCfg
+	}
 	cc.Provisioner.DriverName = info.Name
 	cc.Provisioner.SupportsTopology = info.SupportsTopology
 	cc.Provisioner.SupportsSingleNodeMultiWriter = info.SupportsSingleNodeMultiWriter
-	ctrl, err := provisioner.NewController(ctx, cc,
-		provisioner.Clients{Work: client, Events: events, LeaderElection: election}, csi.NewControllerClient(conn))
+	ctrl, err := provisioner.NewController(ctx, cc, clients, csi.NewControllerClient(conn))
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,8 @@ type ControllerConfig struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election.
 	// Defaults 15s, 10s and 5s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Capacity, when set, publishes CSIStorageCapacity objects.
+	Capacity *CapacityConfig
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -71,6 +73,9 @@ type Clients struct {
 	// LeaderElection renews the Lease; may be Work. Used only with
 	// ControllerConfig.LeaderElection.
 	LeaderElection kubernetes.Interface
+	// Capacity writes CSIStorageCapacity objects; may be Work. Used only
+	// with ControllerConfig.Capacity.
+	Capacity kubernetes.Interface
 }
 
 // Controller runs a Provisioner inside the library's ProvisionController,
@@ -83,6 +88,9 @@ type Controller struct {
 	lib         *controller.ProvisionController
 	index       *topology.Index
 	indexSynced []cache.InformerSynced
+
+	capacity        *CapacityPublisher
+	capacityFactory informers.SharedInformerFactory
 }
 
 // NewController wires a Provisioner for the driver behind csiClient.
@@ -92,6 +100,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	}
 	if clients.LeaderElection == nil {
 		clients.LeaderElection = clients.Work
+	}
+	if clients.Capacity == nil {
+		clients.Capacity = clients.Work
 	}
 	client := clients.Work
 	cfg = cfg.withDefaults()
@@ -111,13 +122,26 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		return nil, err
 	}
 	decisions := NewDecisionLog()
-	p, err := New(cfg.Provisioner, Deps{
+	var capacity *CapacityPublisher
+	var capacityFactory informers.SharedInformerFactory
+	if cfg.Capacity != nil {
+		cc := *cfg.Capacity
+		cc.DriverName = cfg.Provisioner.DriverName
+		capacityFactory = informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod, informers.WithNamespace(cc.Namespace))
+		capacity = NewCapacityPublisher(cc, clients.Capacity, csiClient, index,
+			factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
+	}
+	deps := Deps{
 		CSI:       csiClient,
 		Secrets:   client.CoreV1(),
 		CSINodes:  csiNodes.Lister(),
 		Index:     index,
 		Decisions: decisions,
-	})
+	}
+	if capacity != nil {
+		deps.Capacity = capacity
+	}
+	p, err := New(cfg.Provisioner, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +163,8 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	}
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(clients.Work, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
-	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index, indexSynced: indexSynced}, nil
+	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
+		capacity: capacity, capacityFactory: capacityFactory}, nil
 }
 
 // Provisioner returns the Provisioner the controller runs.
@@ -159,11 +184,25 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.indexSynced...) {
 		return fmt.Errorf("segment index did not sync")
 	}
+	work := c.lib.Run
+	if c.capacity != nil {
+		c.capacityFactory.Start(ctx.Done())
+		defer c.capacityFactory.Shutdown()
+		for typ, ok := range c.capacityFactory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer cache for %v did not sync", typ)
+			}
+		}
+		work = func(ctx context.Context) {
+			go c.capacity.Run(ctx)
+			c.lib.Run(ctx)
+		}
+	}
 	if !c.cfg.LeaderElection {
-		c.lib.Run(ctx)
+		work(ctx)
 		return nil
 	}
-	return runLeaderElected(ctx, c.cfg, c.clients.LeaderElection, c.lib.Run)
+	return runLeaderElected(ctx, c.cfg, c.clients.LeaderElection, work)
 }
 
 // feedIndex registers the index's handlers on the Node and CSINode informers

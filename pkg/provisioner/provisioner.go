@@ -32,6 +32,7 @@ const annSelectedNode = "volume.kubernetes.io/selected-node"
 type ControllerClient interface {
 	CreateVolume(ctx context.Context, in *csi.CreateVolumeRequest, opts ...grpc.CallOption) (*csi.CreateVolumeResponse, error)
 	DeleteVolume(ctx context.Context, in *csi.DeleteVolumeRequest, opts ...grpc.CallOption) (*csi.DeleteVolumeResponse, error)
+	CapacityClient
 }
 
 // Deps are the collaborators of a Provisioner. All are required.
@@ -47,6 +48,9 @@ type Deps struct {
 	// Decisions receives the topology decision of each successful provision,
 	// to be reported in the claim's ProvisioningSucceeded Event. May be nil.
 	Decisions *DecisionLog
+	// Capacity is told which segments a provision or delete touched. May be
+	// nil.
+	Capacity interface{ Touch([]*csi.Topology) }
 }
 
 // Provisioner provisions and deletes volumes of one CSI driver. It implements
@@ -151,6 +155,9 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if p.deps.Decisions != nil {
 		p.deps.Decisions.Record(claim.UID, decision+placedIn(resp.GetVolume().GetAccessibleTopology()))
 	}
+	if p.deps.Capacity != nil {
+		p.deps.Capacity.Touch(resp.GetVolume().GetAccessibleTopology())
+	}
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeHandle", pv.Spec.CSI.VolumeHandle,
 		"decision", decision, "accessibleTopology", segmentsString(resp.GetVolume().GetAccessibleTopology()))
 	return pv, controller.ProvisioningFinished, nil
@@ -253,7 +260,34 @@ func (p *Provisioner) Delete(ctx context.Context, pv *v1.PersistentVolume) error
 			return fmt.Errorf("reading deletion secret of PV %q: %w", pv.Name, err)
 		}
 	}
-	return p.deleteVolume(ctx, pv.Spec.CSI.VolumeHandle, secrets)
+	if err := p.deleteVolume(ctx, pv.Spec.CSI.VolumeHandle, secrets); err != nil {
+		return err
+	}
+	if p.deps.Capacity != nil {
+		p.deps.Capacity.Touch(affinityTopologies(pv))
+	}
+	return nil
+}
+
+// affinityTopologies turns a PV's node affinity back into the segments it
+// names (terms whose expressions are single-value In).
+func affinityTopologies(pv *v1.PersistentVolume) []*csi.Topology {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return nil
+	}
+	var out []*csi.Topology
+	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		seg := map[string]string{}
+		for _, e := range term.MatchExpressions {
+			if e.Operator == v1.NodeSelectorOpIn && len(e.Values) == 1 {
+				seg[e.Key] = e.Values[0]
+			}
+		}
+		if len(seg) > 0 {
+			out = append(out, &csi.Topology{Segments: seg})
+		}
+	}
+	return out
 }
 
 func (p *Provisioner) deleteVolume(ctx context.Context, id string, secrets map[string]string) error {

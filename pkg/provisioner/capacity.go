@@ -1,0 +1,236 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+// Labels on the CSIStorageCapacity objects this provisioner owns.
+const (
+	labelDriverName = "csi.storage.k8s.io/drivername"
+	labelManagedBy  = "csi.storage.k8s.io/managed-by"
+	managedBy       = "csi-topology-provisioner"
+)
+
+// CapacityClient is the CSI call capacity publishing needs.
+type CapacityClient interface {
+	GetCapacity(ctx context.Context, in *csi.GetCapacityRequest, opts ...grpc.CallOption) (*csi.GetCapacityResponse, error)
+}
+
+// CapacityConfig configures capacity publishing.
+type CapacityConfig struct {
+	// DriverName is the CSI driver.
+	DriverName string
+	// Namespace holds the CSIStorageCapacity objects.
+	Namespace string
+	// PollInterval refreshes every object; default 1m.
+	PollInterval time.Duration
+	// Owner, when set, becomes the objects' owner (the provisioner's
+	// Deployment), so they go away with it.
+	Owner *metav1.OwnerReference
+	// Timeout bounds each GetCapacity call; default 10s.
+	Timeout time.Duration
+}
+
+// CapacityPublisher keeps one CSIStorageCapacity per (segment, delayed-binding
+// class of the driver), from GetCapacity with the segment and the class's
+// parameters: refreshed every PollInterval, and at once for a segment a
+// provision or delete touched (Touch). Its client should have its own rate
+// limits. Safe for concurrent use.
+type CapacityPublisher struct {
+	cfg        CapacityConfig
+	client     kubernetes.Interface
+	csi        CapacityClient
+	index      *topology.Index
+	classes    storagelisters.StorageClassLister
+	capacities storagelisters.CSIStorageCapacityLister
+	touched    chan string
+}
+
+// NewCapacityPublisher returns a CapacityPublisher; capacities lists the
+// CSIStorageCapacity objects (an informer's lister).
+func NewCapacityPublisher(cfg CapacityConfig, client kubernetes.Interface, csiClient CapacityClient, index *topology.Index,
+	classes storagelisters.StorageClassLister, capacities storagelisters.CSIStorageCapacityLister) *CapacityPublisher {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Minute
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	return &CapacityPublisher{cfg: cfg, client: client, csi: csiClient, index: index, classes: classes,
+		capacities: capacities, touched: make(chan string, 64)}
+}
+
+// Touch asks for the segments of a volume's accessible topology to be
+// refreshed soon; it never blocks.
+func (p *CapacityPublisher) Touch(topologies []*csi.Topology) {
+	for _, t := range topologies {
+		select {
+		case p.touched <- topology.Segment(t.GetSegments()).String():
+		default: // a refresh is already pending; the poll catches the rest
+		}
+	}
+}
+
+// Run syncs every object now, then every PollInterval and for touched
+// segments, until ctx is done.
+func (p *CapacityPublisher) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	ticker := time.NewTicker(p.cfg.PollInterval)
+	defer ticker.Stop()
+	for {
+		if err := p.Sync(ctx, ""); err != nil {
+			logger.Error(err, "Publishing storage capacity")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case seg := <-p.touched:
+			if err := p.Sync(ctx, seg); err != nil {
+				logger.Error(err, "Refreshing storage capacity", "segment", seg)
+			}
+			continue
+		}
+	}
+}
+
+type capacityKey struct{ segment, class string }
+
+// Sync brings the objects in line with the known segments and classes; with
+// only set, it refreshes that segment's objects only (and deletes nothing).
+func (p *CapacityPublisher) Sync(ctx context.Context, only string) error {
+	desired := map[capacityKey]struct {
+		seg   topology.Segment
+		class *storagev1.StorageClass
+	}{}
+	classes, err := p.classes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, keys := range p.index.KeySets() {
+		for _, seg := range p.index.Segments(keys) {
+			if only != "" && seg.String() != only {
+				continue
+			}
+			for _, c := range classes {
+				if c.Provisioner != p.cfg.DriverName || c.VolumeBindingMode == nil || *c.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+					continue
+				}
+				desired[capacityKey{seg.String(), c.Name}] = struct {
+					seg   topology.Segment
+					class *storagev1.StorageClass
+				}{seg, c}
+			}
+		}
+	}
+	existing, err := p.capacities.CSIStorageCapacities(p.cfg.Namespace).List(labels.SelectorFromSet(labels.Set{
+		labelDriverName: p.cfg.DriverName, labelManagedBy: managedBy}))
+	if err != nil {
+		return err
+	}
+	have := map[capacityKey]*storagev1.CSIStorageCapacity{}
+	for _, obj := range existing {
+		var sel map[string]string
+		if obj.NodeTopology != nil {
+			sel = obj.NodeTopology.MatchLabels
+		}
+		key := capacityKey{topology.Segment(sel).String(), obj.StorageClassName}
+		if _, ok := desired[key]; !ok && only == "" {
+			if err := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{}); err != nil {
+				return fmt.Errorf("deleting obsolete capacity %s: %w", obj.Name, err)
+			}
+			continue
+		}
+		have[key] = obj
+	}
+	keys := make([]capacityKey, 0, len(desired))
+	for k := range desired {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].segment+keys[i].class < keys[j].segment+keys[j].class })
+	var firstErr error
+	for _, k := range keys {
+		d := desired[k]
+		if err := p.syncOne(ctx, d.seg, d.class, have[k]); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, class *storagev1.StorageClass, cur *storagev1.CSIStorageCapacity) error {
+	params, err := parseClassParameters(class.Parameters)
+	if err != nil {
+		return fmt.Errorf("class %s: %w", class.Name, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	resp, err := p.csi.GetCapacity(cctx, &csi.GetCapacityRequest{
+		Parameters:         params.driver,
+		AccessibleTopology: &csi.Topology{Segments: seg},
+	})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("GetCapacity for segment %s, class %s: %w", seg, class.Name, err)
+	}
+	capacity := resource.NewQuantity(resp.GetAvailableCapacity(), resource.BinarySI)
+	var maxSize *resource.Quantity
+	if m := resp.GetMaximumVolumeSize(); m != nil {
+		maxSize = resource.NewQuantity(m.GetValue(), resource.BinarySI)
+	}
+	csc := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace)
+	if cur == nil {
+		obj := &storagev1.CSIStorageCapacity{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:   capacityName(p.cfg.DriverName, seg.String(), class.Name),
+				Labels: map[string]string{labelDriverName: p.cfg.DriverName, labelManagedBy: managedBy},
+			},
+			NodeTopology:      &metav1.LabelSelector{MatchLabels: map[string]string(seg)},
+			StorageClassName:  class.Name,
+			Capacity:          capacity,
+			MaximumVolumeSize: maxSize,
+		}
+		if p.cfg.Owner != nil {
+			obj.OwnerReferences = []metav1.OwnerReference{*p.cfg.Owner}
+		}
+		_, err := csc.Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	}
+	if quantityEqual(cur.Capacity, capacity) && quantityEqual(cur.MaximumVolumeSize, maxSize) {
+		return nil
+	}
+	upd := cur.DeepCopy()
+	upd.Capacity, upd.MaximumVolumeSize = capacity, maxSize
+	_, err = csc.Update(ctx, upd, metav1.UpdateOptions{})
+	return err
+}
+
+// capacityName is a deterministic object name for (driver, segment, class),
+// so a create retried after a crash cannot leave a duplicate.
+func capacityName(driver, segment, class string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(driver + "\x00" + segment + "\x00" + class))
+	return fmt.Sprintf("csisc-%016x", h.Sum64())
+}
+
+func quantityEqual(a, b *resource.Quantity) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Cmp(*b) == 0
+}

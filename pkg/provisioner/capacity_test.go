@@ -1,0 +1,119 @@
+package provisioner
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+// capacities returns zone -> capacity bytes of the published objects of a class.
+func capacities(t *testing.T, ctx context.Context, client *fake.Clientset, class string) map[string]int64 {
+	t.Helper()
+	list, err := client.StorageV1().CSIStorageCapacities("csi").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, c := range list.Items {
+		if c.StorageClassName == class {
+			out[c.NodeTopology.MatchLabels[zoneKey]] = c.Capacity.Value()
+		}
+	}
+	return out
+}
+
+func TestCapacityPublisher(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mock, csiClient := startMock(t, ctx, nil)
+	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass,
+		func() *storagev1.StorageClass { c := makeClass("other"); c.Provisioner = "other.example.com"; return c.StorageClass }()}
+	for _, n := range []string{"n1", "n2"} {
+		objs = append(objs, makeNode(n, map[string]string{"n1": "z1", "n2": "z2"}[n]), makeCSINode(n, zoneKey))
+	}
+	client := fake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	index := topology.NewIndex(testDriver)
+	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := factory.Storage().V1().StorageClasses().Lister()
+	capLister := factory.Storage().V1().CSIStorageCapacities().Lister()
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory.Start(ictx.Done())
+	factory.WaitForCacheSync(ictx.Done())
+	cache.WaitForCacheSync(ictx.Done(), synced...)
+	owner := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "csi-controller", UID: "uid-dep"}
+	p := NewCapacityPublisher(CapacityConfig{DriverName: testDriver, Namespace: "csi", Owner: owner, PollInterval: time.Hour},
+		client, csiClient, index, classes, capLister)
+
+	if err := p.Sync(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int64{"z1": 10 * gi, "z2": 10 * gi}, capacities(t, ctx, client, "wffc")); diff != "" {
+		t.Errorf("capacities (-want +got):\n%s", diff)
+	}
+	list, _ := client.StorageV1().CSIStorageCapacities("csi").List(ctx, metav1.ListOptions{})
+	if len(list.Items) != 2 {
+		t.Errorf("%d objects, want 2 (one per segment of the one delayed-binding class of the driver)", len(list.Items))
+	}
+	for _, c := range list.Items {
+		if len(c.OwnerReferences) != 1 || c.OwnerReferences[0].UID != "uid-dep" || c.Labels[labelDriverName] != testDriver {
+			t.Errorf("object %s: owner %v labels %v", c.Name, c.OwnerReferences, c.Labels)
+		}
+	}
+
+	// A touched segment is refreshed by Run without waiting for the poll.
+	if err := mock.SetCapacity(map[string]string{"zone": "z1"}, 4*gi); err != nil {
+		t.Fatal(err)
+	}
+	go p.Run(ictx)
+	p.Touch(zoneTopo("z1"))
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return capacities(t, ctx, client, "wffc")["z1"] == 4*gi, nil
+	}); err != nil {
+		t.Errorf("z1 capacity not refreshed after Touch: %v", capacities(t, ctx, client, "wffc"))
+	}
+
+	// A class that is gone loses its objects on the next full sync.
+	if err := client.StorageV1().StorageClasses().Delete(ctx, "wffc", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		if _, err := classes.Get("wffc"); err == nil {
+			return false, nil
+		}
+		caps, _ := capLister.List(labelsEverything())
+		names := make([]string, 0, len(caps))
+		for _, c := range caps {
+			names = append(names, c.Name)
+		}
+		sort.Strings(names)
+		return len(names) == 2, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := capacities(t, ctx, client, "wffc"); len(got) != 0 {
+		t.Errorf("objects of a deleted class remain: %v", got)
+	}
+}
+
+func labelsEverything() labels.Selector { return labels.Everything() }
