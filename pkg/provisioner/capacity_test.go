@@ -40,7 +40,11 @@ func TestCapacityPublisher(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	mock, csiClient := startMock(t, ctx, nil)
 	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass,
-		func() *storagev1.StorageClass { c := makeClass("other"); c.Provisioner = "other.example.com"; return c.StorageClass }()}
+		func() *storagev1.StorageClass {
+			c := makeClass("other")
+			c.Provisioner = "other.example.com"
+			return c.StorageClass
+		}()}
 	for _, n := range []string{"n1", "n2"} {
 		objs = append(objs, makeNode(n, map[string]string{"n1": "z1", "n2": "z2"}[n]), makeCSINode(n, zoneKey))
 	}
