@@ -79,6 +79,7 @@ require (
 	k8s.io/component-base v0.37.0
 	k8s.io/component-helpers v0.36.3
 	k8s.io/klog/v2 v2.140.0
+	k8s.io/kube-scheduler v0.36.3
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
 	sigs.k8s.io/sig-storage-lib-external-provisioner/v10 v10.0.1
 )

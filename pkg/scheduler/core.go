@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -90,6 +91,16 @@ type PodVolumes struct {
 	Bound   []*v1.PersistentVolume
 	// perClass sums the pending requests by class.
 	perClass map[string]int64
+}
+
+// owns reports whether a claim UID is one of the pod's pending claims.
+func (pv *PodVolumes) owns(uid types.UID) bool {
+	for _, p := range pv.Pending {
+		if p.Claim.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrClaimNotFound is returned when a pod uses a claim that does not exist.
@@ -255,7 +266,7 @@ func (c *Core) filterCapacity(pv *PodVolumes, node *v1.Node, seg string) *Status
 			}
 		}
 		need := pv.perClass[class]
-		reserved := c.ledger.Reserved(seg, class, pv.Pod)
+		reserved := c.ledger.Reserved(seg, class, pv.owns)
 		if need+reserved > free {
 			return unresolvable(ReasonInsufficientCapacity, "segment %s has %d bytes free for class %s, %d reserved in flight; the pod needs %d",
 				seg, free, class, reserved, need)
@@ -283,7 +294,7 @@ func (c *Core) Score(pv *PodVolumes, node *v1.Node) int64 {
 			n++
 			continue
 		}
-		left := free - c.ledger.Reserved(seg, class, pv.Pod) - pv.perClass[class]
+		left := free - c.ledger.Reserved(seg, class, pv.owns) - pv.perClass[class]
 		if left < 0 {
 			left = 0
 		}
@@ -320,12 +331,26 @@ func (c *Core) Unreserve(pv *PodVolumes) {
 	}
 }
 
-// ObserveClaim keeps the ledger in step with a claim: a bound claim, or one
-// without selected-node, holds no reservation.
-func (c *Core) ObserveClaim(claim *v1.PersistentVolumeClaim) {
-	if claim.Spec.VolumeName != "" || claim.Annotations[annSelectedNode] == "" {
+// ObserveClaim keeps the ledger in step with a claim (the extender feeds
+// it from claim events): a bound claim, or one without selected-node, holds
+// no reservation; an unbound claim of the driver with selected-node set
+// reserves its request in that node's segment. node is the selected node,
+// nil when unknown.
+func (c *Core) ObserveClaim(claim *v1.PersistentVolumeClaim, node *v1.Node) {
+	if claim.Spec.VolumeName != "" || claim.Annotations[annSelectedNode] == "" || node == nil || claim.Spec.StorageClassName == nil {
 		c.ledger.Release(claim.UID)
+		return
 	}
+	class, err := c.l.Classes.Get(*claim.Spec.StorageClassName)
+	if err != nil || class.Provisioner != c.cfg.Driver {
+		return
+	}
+	seg, st := c.segment(node)
+	if st != nil {
+		return
+	}
+	size := claim.Spec.Resources.Requests[v1.ResourceStorage]
+	c.ledger.Reserve(claim.UID, claim.Namespace+"/"+claim.Name, seg, class.Name, size.Value())
 }
 
 func sortedKeys(m map[string]int64) []string {

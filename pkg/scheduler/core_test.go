@@ -255,7 +255,13 @@ func TestReservationsAndScore(t *testing.T) {
 	c.Reserve(a, node("n1", "z1"))
 	bound := claim("a", "fast", 16*gi)
 	bound.Spec.VolumeName = "pv-a"
-	c.ObserveClaim(bound)
+	c.ObserveClaim(bound, nil)
+	selected := claim("b", "fast", 8*gi)
+	selected.Annotations = map[string]string{annSelectedNode: "n2"}
+	c.ObserveClaim(selected, node("n2", "z2"))
+	if got := c.Ledger().Reserved(topologySegment("z2"), "fast", nil); got != 8*gi {
+		t.Errorf("observed selected claim reserves %d, want %d", got, 8*gi)
+	}
 	c.Reserve(b, node("n2", "z2"))
 	c.Ledger().ReleasePod("ns/pb")
 	if c.Ledger().Len() != 0 {
@@ -302,3 +308,5 @@ func BenchmarkFilter(b *testing.B) {
 		}
 	}
 }
+
+func topologySegment(zone string) string { return zoneKey + "=" + zone }

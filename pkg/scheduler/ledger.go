@@ -85,10 +85,10 @@ func (l *Ledger) releaseLocked(claim types.UID) {
 	}
 }
 
-// Reserved returns the bytes reserved in (segment, class) by pods other
-// than exceptPod. Expired entries are dropped. Cost: the reservations in
-// flight in that bucket.
-func (l *Ledger) Reserved(segment, class, exceptPod string) int64 {
+// Reserved returns the bytes reserved in (segment, class) for claims other
+// than those except reports (a pod's own claims). Expired entries are
+// dropped. Cost: the reservations in flight in that bucket.
+func (l *Ledger) Reserved(segment, class string, except func(types.UID) bool) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -99,7 +99,7 @@ func (l *Ledger) Reserved(segment, class, exceptPod string) int64 {
 			l.releaseLocked(uid)
 			continue
 		}
-		if r.pod != exceptPod {
+		if except == nil || !except(uid) {
 			sum += r.bytes
 		}
 	}

@@ -1,0 +1,169 @@
+// Package extender serves the scheduler core (package scheduler) as an HTTP
+// kube-scheduler extender: the "filter" and "prioritize" verbs with the wire
+// types of k8s.io/kube-scheduler/extender/v1, nodeCacheCapable (the scheduler
+// sends node names; nodes come from a lister).
+package extender
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	v1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 8 << 20
+
+// Core is the part of scheduler.Core the extender calls; safe for
+// concurrent use.
+type Core interface {
+	PodVolumes(pod *v1.Pod) (*scheduler.PodVolumes, error)
+	Filter(pv *scheduler.PodVolumes, node *v1.Node) *scheduler.Status
+	Score(pv *scheduler.PodVolumes, node *v1.Node) int64
+}
+
+// Observer is told about each answered request, for metrics; may be nil.
+type Observer interface {
+	Observe(verb string, code int)
+}
+
+// Server is the extender's HTTP handler.
+type Server struct {
+	core     Core
+	nodes    corelisters.NodeLister
+	logger   klog.Logger
+	observer Observer
+}
+
+// New returns the handler: POST /filter, POST /prioritize.
+func New(core Core, nodes corelisters.NodeLister, logger klog.Logger, observer Observer) *Server {
+	return &Server{core: core, nodes: nodes, logger: logger, observer: observer}
+}
+
+// Register adds the verbs to mux.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /filter", s.filter)
+	mux.HandleFunc("POST /prioritize", s.prioritize)
+}
+
+func (s *Server) observe(verb string, code int) {
+	if s.observer != nil {
+		s.observer.Observe(verb, code)
+	}
+}
+
+// readArgs decodes a bounded ExtenderArgs body; a malformed one is a 400.
+func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, verb string) (*extenderv1.ExtenderArgs, bool) {
+	var args extenderv1.ExtenderArgs
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	err := dec.Decode(&args)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	if err == nil && args.Pod == nil {
+		err = errors.New("no pod")
+	}
+	if err != nil {
+		code := http.StatusBadRequest
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, fmt.Sprintf("malformed %s request: %v", verb, err), code)
+		s.observe(verb, code)
+		return nil, false
+	}
+	return &args, true
+}
+
+// nodeNames returns the candidate node names of a request.
+func nodeNames(args *extenderv1.ExtenderArgs) []string {
+	if args.NodeNames != nil {
+		return *args.NodeNames
+	}
+	var out []string
+	if args.Nodes != nil {
+		for _, n := range args.Nodes.Items {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
+	args, ok := s.readArgs(w, r, "filter")
+	if !ok {
+		return
+	}
+	res := extenderv1.ExtenderFilterResult{
+		FailedNodes:                extenderv1.FailedNodesMap{},
+		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
+	}
+	names := nodeNames(args)
+	pv, err := s.core.PodVolumes(args.Pod)
+	switch {
+	case err != nil:
+		res.Error = err.Error()
+	case pv == nil:
+		res.NodeNames = &names // not our pod: everything passes
+	default:
+		fits := []string{}
+		for _, name := range names {
+			node, err := s.nodes.Get(name)
+			if err != nil {
+				res.FailedNodes[name] = fmt.Sprintf("node %s not known to the extender yet", name)
+				continue
+			}
+			st := s.core.Filter(pv, node)
+			switch {
+			case st == nil:
+				fits = append(fits, name)
+			case st.Unresolvable:
+				res.FailedAndUnresolvableNodes[name] = st.String()
+			default:
+				res.FailedNodes[name] = st.String()
+			}
+		}
+		res.NodeNames = &fits
+		s.logger.V(4).Info("Filtered", "pod", klog.KObj(args.Pod), "fits", len(fits),
+			"failed", len(res.FailedNodes), "unresolvable", len(res.FailedAndUnresolvableNodes))
+	}
+	writeJSON(w, res)
+	s.observe("filter", http.StatusOK)
+}
+
+func (s *Server) prioritize(w http.ResponseWriter, r *http.Request) {
+	args, ok := s.readArgs(w, r, "prioritize")
+	if !ok {
+		return
+	}
+	names := nodeNames(args)
+	list := make(extenderv1.HostPriorityList, 0, len(names))
+	pv, err := s.core.PodVolumes(args.Pod)
+	for _, name := range names {
+		var score int64
+		if err == nil && pv != nil {
+			if node, nerr := s.nodes.Get(name); nerr == nil {
+				score = s.core.Score(pv, node) * extenderv1.MaxExtenderPriority / scheduler.MaxScore
+			}
+		}
+		list = append(list, extenderv1.HostPriority{Host: name, Score: score})
+	}
+	writeJSON(w, list)
+	s.observe("prioritize", http.StatusOK)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
