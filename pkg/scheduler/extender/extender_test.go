@@ -32,8 +32,10 @@ func (f fakeCore) PodVolumes(*v1.Pod) (*scheduler.PodVolumes, error) {
 	return &scheduler.PodVolumes{Pod: "ns/p"}, nil
 }
 
-func (f fakeCore) Filter(_ *scheduler.PodVolumes, n *v1.Node) *scheduler.Status { return f.status[n.Name] }
-func (f fakeCore) Score(_ *scheduler.PodVolumes, n *v1.Node) int64           { return f.scores[n.Name] }
+func (f fakeCore) Filter(_ *scheduler.PodVolumes, n *v1.Node) *scheduler.Status {
+	return f.status[n.Name]
+}
+func (f fakeCore) Score(_ *scheduler.PodVolumes, n *v1.Node) int64 { return f.scores[n.Name] }
 
 func server(t *testing.T, core Core, nodes ...string) *httptest.Server {
 	t.Helper()
