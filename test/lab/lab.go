@@ -92,7 +92,7 @@ func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, erro
 	if err := os.MkdirAll(l.socketDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := controlplane.BuildProject(ctx, c.RepoRoot, l.BinDir, "./cmd/mock-driver", "./cmd/csi-provisioner", "./cmd/csi-node-publisher"); err != nil {
+	if err := controlplane.BuildProject(ctx, c.RepoRoot, l.BinDir, "./cmd/mock-driver", "./cmd/csi-provisioner", "./cmd/csi-node-publisher", "./cmd/csi-scheduler-extender"); err != nil {
 		return nil, err
 	}
 	for _, f := range []string{"namespace.yaml", "provisioner-rbac.yaml", "node-publisher-rbac.yaml"} {

@@ -1,0 +1,224 @@
+// Command csi-scheduler-extender serves the companion scheduler filter for
+// one CSI driver as an HTTP(S) kube-scheduler extender. See
+// deploy/scheduler/extender-config.yaml for the scheduler side.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler/extender"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "devel"
+
+type config struct {
+	driver       string
+	kubeconfig   string
+	listen       string
+	tlsCert      string
+	tlsKey       string
+	clientCA     string
+	kubeAPIQPS   float64
+	kubeAPIBurst int
+	ttl          time.Duration
+	showVersion  bool
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("csi-scheduler-extender", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	fs.StringVar(&c.driver, "driver-name", "", "CSI driver (provisioner name) whose volumes are filtered. Required.")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
+	fs.StringVar(&c.listen, "listen", ":8888", "Address serving /filter, /prioritize, /healthz and /metrics.")
+	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "Serve HTTPS with this certificate.")
+	fs.StringVar(&c.tlsKey, "tls-private-key-file", "", "Key of --tls-cert-file.")
+	fs.StringVar(&c.clientCA, "client-ca-file", "", "Require client certificates signed by this CA (HTTPS only).")
+	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 20, "QPS of the API client.")
+	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 40, "Burst of the API client.")
+	fs.DurationVar(&c.ttl, "reservation-ttl", 5*time.Minute, "How long an observed selected-node reservation lives without its claim being bound.")
+	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.showVersion {
+		return c, nil
+	}
+	if c.driver == "" {
+		return c, errors.New("--driver-name is required")
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") || (c.clientCA != "" && c.tlsCert == "") {
+		return c, errors.New("--tls-cert-file and --tls-private-key-file go together, and --client-ca-file needs them")
+	}
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if cfg.showVersion {
+		fmt.Println("csi-scheduler-extender", version)
+		os.Exit(0)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err = run(ctx, cfg)
+	stop()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "csi-scheduler-extender failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+// requests counts answered requests by verb and HTTP code.
+type requests struct{ c *metrics.CounterVec }
+
+func (r requests) Observe(verb string, code int) { r.c.WithLabelValues(verb, strconv.Itoa(code)).Inc() }
+
+func run(ctx context.Context, cfg config) error {
+	logger := klog.FromContext(ctx)
+	restCfg, err := restConfig(cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	restCfg.QPS, restCfg.Burst, restCfg.UserAgent = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst, "csi-scheduler-extender/"+version
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	pods, claims := factory.Core().V1().Pods(), factory.Core().V1().PersistentVolumeClaims()
+	volumes, nodes := factory.Core().V1().PersistentVolumes(), factory.Core().V1().Nodes()
+	classes, csiNodes := factory.Storage().V1().StorageClasses(), factory.Storage().V1().CSINodes()
+	attachments := factory.Storage().V1().VolumeAttachments()
+	if err := limits.AddIndexers(pods.Informer(), claims.Informer(), attachments.Informer()); err != nil {
+		return err
+	}
+	capacities, err := scheduler.NewCapacitySource(factory.Storage().V1().CSIStorageCapacities().Informer())
+	if err != nil {
+		return err
+	}
+	counter := limits.NewCounter(cfg.driver, limits.Stores{
+		Pods: pods.Informer().GetIndexer(), Claims: claims.Informer().GetIndexer(), Attachments: attachments.Informer().GetIndexer(),
+		Volumes: volumes.Informer().GetStore(), Classes: classes.Informer().GetStore(),
+		Nodes: nodes.Informer().GetStore(), CSINodes: csiNodes.Informer().GetStore(),
+	})
+	core, err := scheduler.New(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl}, scheduler.Listers{
+		Claims: claims.Lister(), Volumes: volumes.Lister(), Classes: classes.Lister(), CSINodes: csiNodes.Lister(), Capacities: capacities,
+	}, counter, nil)
+	if err != nil {
+		return err
+	}
+	// The ledger follows the selected-node annotations the scheduler writes.
+	observe := func(obj any) {
+		claim, ok := obj.(*v1.PersistentVolumeClaim)
+		if !ok {
+			return
+		}
+		node, _ := nodes.Lister().Get(claim.Annotations["volume.kubernetes.io/selected-node"])
+		core.ObserveClaim(claim, node)
+	}
+	if _, err := claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, obj any) { observe(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
+				core.Ledger().Release(c.UID)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer cache for %v did not sync", typ)
+		}
+	}
+
+	reg := metrics.NewKubeRegistry()
+	reqs := metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: "csi_scheduler_extender", Name: "requests_total",
+		Help: "Extender requests by verb and HTTP code."}, []string{"verb", "code"})
+	reg.MustRegister(reqs)
+	mux := http.NewServeMux()
+	extender.New(core, nodes.Lister(), logger, requests{reqs}).Register(mux)
+	mux.Handle("/metrics", metrics.HandlerFor(reg, metrics.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	srv := &http.Server{Addr: cfg.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if cfg.clientCA != "" {
+		pem, err := os.ReadFile(cfg.clientCA)
+		if err != nil {
+			return fmt.Errorf("reading --client-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--client-ca-file %s holds no PEM certificate", cfg.clientCA)
+		}
+		srv.TLSConfig = &tls.Config{ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+	}
+	errCh := make(chan error, 1)
+	go func() {
+		logger.Info("Serving the scheduler extender", "address", cfg.listen, "driver", cfg.driver, "tls", cfg.tlsCert != "")
+		if cfg.tlsCert != "" {
+			errCh <- srv.ListenAndServeTLS(cfg.tlsCert, cfg.tlsKey)
+		} else {
+			errCh <- srv.ListenAndServe()
+		}
+	}()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	case err := <-errCh:
+		return err
+	}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
+	}
+	return c, nil
+}
