@@ -1,0 +1,220 @@
+// Package plugin serves the scheduler core (package scheduler) as a
+// kube-scheduler framework plugin: PreFilter, Filter, PreScore/Score,
+// Reserve and Unreserve. cmd/csi-topology-scheduler compiles it into
+// kube-scheduler.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "CSITopology"
+
+const stateKey fwk.StateKey = Name
+
+// Args are the plugin's arguments (pluginConfig[].args).
+type Args struct {
+	// DriverName is the CSI driver whose volumes are checked. Required.
+	DriverName string `json:"driverName"`
+	// ReservationTTL bounds a reservation whose claim never binds; default 5m.
+	ReservationTTL metav1.Duration `json:"reservationTTL,omitempty"`
+}
+
+// Plugin is the framework plugin. Safe for concurrent use.
+type Plugin struct {
+	core   *scheduler.Core
+	handle fwk.Handle
+}
+
+var (
+	_ fwk.PreFilterPlugin = &Plugin{}
+	_ fwk.FilterPlugin    = &Plugin{}
+	_ fwk.PreScorePlugin  = &Plugin{}
+	_ fwk.ScorePlugin     = &Plugin{}
+	_ fwk.ReservePlugin   = &Plugin{}
+)
+
+// DecodeArgs reads the plugin's arguments from a scheduler configuration.
+func DecodeArgs(obj runtime.Object) (Args, error) {
+	var args Args
+	switch o := obj.(type) {
+	case nil:
+	case *runtime.Unknown:
+		if err := json.Unmarshal(o.Raw, &args); err != nil {
+			return args, fmt.Errorf("%s args: %w", Name, err)
+		}
+	default:
+		return args, fmt.Errorf("%s args: unexpected type %T", Name, obj)
+	}
+	if args.DriverName == "" {
+		return args, fmt.Errorf("%s args: driverName is required", Name)
+	}
+	return args, nil
+}
+
+// New builds the plugin from its arguments and the framework handle: every
+// read comes from the scheduler's shared informers.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, err := DecodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	f := h.SharedInformerFactory()
+	pods, claims := f.Core().V1().Pods(), f.Core().V1().PersistentVolumeClaims()
+	volumes, nodes := f.Core().V1().PersistentVolumes(), f.Core().V1().Nodes()
+	classes, csiNodes := f.Storage().V1().StorageClasses(), f.Storage().V1().CSINodes()
+	attachments := f.Storage().V1().VolumeAttachments()
+	if err := limits.AddIndexers(pods.Informer(), claims.Informer(), attachments.Informer()); err != nil {
+		return nil, err
+	}
+	capacities, err := scheduler.NewCapacitySource(f.Storage().V1().CSIStorageCapacities().Informer())
+	if err != nil {
+		return nil, err
+	}
+	counter := limits.NewCounter(args.DriverName, limits.Stores{
+		Pods: pods.Informer().GetIndexer(), Claims: claims.Informer().GetIndexer(), Attachments: attachments.Informer().GetIndexer(),
+		Volumes: volumes.Informer().GetStore(), Classes: classes.Informer().GetStore(),
+		Nodes: nodes.Informer().GetStore(), CSINodes: csiNodes.Informer().GetStore(),
+	})
+	ttl := args.ReservationTTL.Duration
+	if ttl <= 0 {
+		ttl = 5 * time.Minute
+	}
+	core, err := scheduler.New(scheduler.Config{Driver: args.DriverName, ReservationTTL: ttl}, scheduler.Listers{
+		Claims: claims.Lister(), Volumes: volumes.Lister(), Classes: classes.Lister(), CSINodes: csiNodes.Lister(), Capacities: capacities,
+	}, counter, nil)
+	if err != nil {
+		return nil, err
+	}
+	// A claim that got its PV, or lost its selected node, frees its reservation.
+	if _, err := claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if c, ok := obj.(*v1.PersistentVolumeClaim); ok && (c.Spec.VolumeName != "" || c.Annotations["volume.kubernetes.io/selected-node"] == "") {
+				core.Ledger().Release(c.UID)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
+				core.Ledger().Release(c.UID)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("CSITopology plugin ready", "driver", args.DriverName)
+	return &Plugin{core: core, handle: h}, nil
+}
+
+// Name implements fwk.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+type state struct{ volumes *scheduler.PodVolumes }
+
+func (s *state) Clone() fwk.StateData { return s }
+
+func read(cs fwk.CycleState) (*scheduler.PodVolumes, bool) {
+	d, err := cs.Read(stateKey)
+	if err != nil {
+		return nil, false
+	}
+	s, ok := d.(*state)
+	return s.volumes, ok && s.volumes != nil
+}
+
+// PreFilter collects the pod's volumes of the driver; pods without any are
+// skipped by every later extension point of this plugin.
+func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	pv, err := p.core.PodVolumes(pod)
+	if errors.Is(err, scheduler.ErrClaimNotFound) {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if pv == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	cs.Write(stateKey, &state{volumes: pv})
+	return nil, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin: none.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter implements fwk.FilterPlugin.
+func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	pv, ok := read(cs)
+	if !ok {
+		return nil
+	}
+	st := p.core.Filter(pv, ni.Node())
+	if st == nil {
+		return nil
+	}
+	code := fwk.Unschedulable
+	if st.Unresolvable {
+		code = fwk.UnschedulableAndUnresolvable
+	}
+	return fwk.NewStatus(code, st.String())
+}
+
+// PreScore implements fwk.PreScorePlugin.
+func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if _, ok := read(cs); !ok {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score implements fwk.ScorePlugin: the share of the node's segment left
+// free after this pod, 0..MaxNodeScore.
+func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	pv, ok := read(cs)
+	if !ok {
+		return 0, nil
+	}
+	return p.core.Score(pv, ni.Node()) * fwk.MaxNodeScore / scheduler.MaxScore, nil
+}
+
+// ScoreExtensions implements fwk.ScorePlugin: none.
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// Reserve records the pod's pending claims in the ledger for the node's
+// segment, so pods scheduled right after see them.
+func (p *Plugin) Reserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeName string) *fwk.Status {
+	pv, ok := read(cs)
+	if !ok {
+		return nil
+	}
+	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	p.core.Reserve(pv, ni.Node())
+	return nil
+}
+
+// Unreserve drops the pod's reservations; idempotent.
+func (p *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) {
+	if pv, ok := read(cs); ok {
+		p.core.Unreserve(pv)
+	}
+}

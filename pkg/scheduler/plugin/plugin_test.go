@@ -1,0 +1,114 @@
+package plugin
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
+)
+
+const driver = "mock.csi.example.com"
+
+// cycleState keeps what the plugin writes; other methods are not used.
+type cycleState struct {
+	fwk.CycleState
+	data map[fwk.StateKey]fwk.StateData
+}
+
+func (c *cycleState) Read(k fwk.StateKey) (fwk.StateData, error) {
+	if d, ok := c.data[k]; ok {
+		return d, nil
+	}
+	return nil, fwk.ErrNotFound
+}
+
+func (c *cycleState) Write(k fwk.StateKey, d fwk.StateData) { c.data[k] = d }
+
+type nodeInfo struct {
+	fwk.NodeInfo
+	node *v1.Node
+}
+
+func (n nodeInfo) Node() *v1.Node { return n.node }
+
+func TestDecodeArgs(t *testing.T) {
+	if a, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{"driverName":"d","reservationTTL":"2m"}`)}); err != nil || a.DriverName != "d" || a.ReservationTTL.Minutes() != 2 {
+		t.Errorf("DecodeArgs = %+v, %v", a, err)
+	}
+	for _, bad := range []runtime.Object{nil, &runtime.Unknown{Raw: []byte(`{`)}, &runtime.Unknown{Raw: []byte(`{}`)}} {
+		if _, err := DecodeArgs(bad); err == nil {
+			t.Errorf("DecodeArgs(%v) accepted", bad)
+		}
+	}
+}
+
+func TestExtensionPoints(t *testing.T) {
+	store := func(objs ...runtime.Object) cache.Indexer {
+		idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		for _, o := range objs {
+			if err := idx.Add(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return idx
+	}
+	mode := storagev1.VolumeBindingWaitForFirstConsumer
+	cls := "fast"
+	claims := store(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "u1"},
+		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &cls, Resources: v1.VolumeResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}})
+	core, err := scheduler.New(scheduler.Config{Driver: driver}, scheduler.Listers{
+		Claims:   corelisters.NewPersistentVolumeClaimLister(claims),
+		Volumes:  corelisters.NewPersistentVolumeLister(store()),
+		Classes:  storagelisters.NewStorageClassLister(store(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: cls}, Provisioner: driver, VolumeBindingMode: &mode})),
+		CSINodes: storagelisters.NewCSINodeLister(store(&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "good"}, Spec: storagev1.CSINodeSpec{
+			Drivers: []storagev1.CSINodeDriver{{Name: driver, NodeID: "good"}}}})),
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Plugin{core: core}
+	_, ctx := ktesting.NewTestContext(t)
+	withClaim := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "d",
+		VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}}
+
+	cs := &cycleState{data: map[fwk.StateKey]fwk.StateData{}}
+	if _, st := p.PreFilter(ctx, cs, &v1.Pod{}, nil); st.Code() != fwk.Skip {
+		t.Errorf("pod without claims: PreFilter %v, want Skip", st)
+	}
+	if st := p.PreScore(ctx, cs, &v1.Pod{}, nil); st.Code() != fwk.Skip {
+		t.Errorf("pod without claims: PreScore %v, want Skip", st)
+	}
+	missing := withClaim.DeepCopy()
+	missing.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "nope"
+	if _, st := p.PreFilter(ctx, cs, missing, nil); st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Errorf("missing claim: PreFilter %v", st)
+	}
+	if _, st := p.PreFilter(ctx, cs, withClaim, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter %v", st)
+	}
+	if st := p.Filter(ctx, cs, withClaim, nodeInfo{node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "good"}}}); !st.IsSuccess() {
+		t.Errorf("node with the driver: %v", st)
+	}
+	st := p.Filter(ctx, cs, withClaim, nodeInfo{node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare"}}})
+	if st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Errorf("node without the driver: %v, want UnschedulableAndUnresolvable", st)
+	}
+	if s, st := p.Score(ctx, cs, withClaim, nodeInfo{node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "good"}}}); !st.IsSuccess() || s < 0 || s > fwk.MaxNodeScore {
+		t.Errorf("Score = %d, %v", s, st)
+	}
+	p.Unreserve(ctx, cs, withClaim, "good")
+	if p.Name() != Name || p.PreFilterExtensions() != nil || p.ScoreExtensions() != nil {
+		t.Error("plugin identity")
+	}
+}
