@@ -68,9 +68,9 @@ func TestExtensionPoints(t *testing.T) {
 		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &cls, Resources: v1.VolumeResourceRequirements{
 			Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}})
 	core, err := scheduler.New(scheduler.Config{Driver: driver}, scheduler.Listers{
-		Claims:   corelisters.NewPersistentVolumeClaimLister(claims),
-		Volumes:  corelisters.NewPersistentVolumeLister(store()),
-		Classes:  storagelisters.NewStorageClassLister(store(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: cls}, Provisioner: driver, VolumeBindingMode: &mode})),
+		Claims:  corelisters.NewPersistentVolumeClaimLister(claims),
+		Volumes: corelisters.NewPersistentVolumeLister(store()),
+		Classes: storagelisters.NewStorageClassLister(store(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: cls}, Provisioner: driver, VolumeBindingMode: &mode})),
 		CSINodes: storagelisters.NewCSINodeLister(store(&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "good"}, Spec: storagev1.CSINodeSpec{
 			Drivers: []storagev1.CSINodeDriver{{Name: driver, NodeID: "good"}}}})),
 	}, nil, nil)
