@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +33,8 @@ type Options struct {
 	// SchedulerBinary replaces the stock kube-scheduler (e.g. the project's
 	// csi-topology-scheduler).
 	SchedulerBinary string
-	// SchedulerConfig is an optional KubeSchedulerConfiguration file.
+	// SchedulerConfig is an optional KubeSchedulerConfiguration (YAML);
+	// "{{KUBECONFIG}}" in it is replaced by the admin kubeconfig's path.
 	SchedulerConfig string
 	// StartTimeout bounds start-up; default 2 minutes.
 	StartTimeout time.Duration
@@ -186,7 +188,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--cert-dir=" + filepath.Join(dir, "scheduler-certs"),
 	}
 	if opts.SchedulerConfig != "" {
-		schedArgs = append(schedArgs, "--config="+opts.SchedulerConfig)
+		path := filepath.Join(dir, "scheduler-config.yaml")
+		data := strings.ReplaceAll(opts.SchedulerConfig, "{{KUBECONFIG}}", c.Kubeconfig)
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			return c, err
+		}
+		schedArgs = append(schedArgs, "--config="+path)
 	}
 	if err := c.startCore("kube-scheduler", bins.Scheduler, schedArgs...); err != nil {
 		return c, err

@@ -44,8 +44,10 @@ type Config struct {
 	// Racks, when set, adds a rack topology key: the i-th node of a zone is
 	// in rack Racks[i % len(Racks)], and every zone x rack is a segment.
 	Racks []string
-	// CapacityBytes is each zone's capacity in the mock driver.
+	// CapacityBytes is each zone's capacity in the mock driver;
+	// ZoneCapacity overrides it per zone (split evenly over its racks).
 	CapacityBytes int64
+	ZoneCapacity  map[string]int64
 	// ProvisionerArgs are extra csi-provisioner flags.
 	ProvisionerArgs []string
 }
@@ -139,7 +141,14 @@ func (l *Lab) startController() error {
 	}
 	var segs []seg
 	for _, topo := range l.segments() {
-		segs = append(segs, seg{Topology: topo, CapacityBytes: l.cfg.CapacityBytes})
+		bytes := l.cfg.CapacityBytes
+		if c, ok := l.cfg.ZoneCapacity[topo["zone"]]; ok {
+			bytes = c
+			if n := len(l.cfg.Racks); n > 0 {
+				bytes = c / int64(n)
+			}
+		}
+		segs = append(segs, seg{Topology: topo, CapacityBytes: bytes})
 	}
 	data, _ := json.Marshal(map[string]any{"segments": segs})
 	segFile := filepath.Join(l.Cluster.Dir, "segments.json")

@@ -1,0 +1,19 @@
+// Command csi-topology-scheduler is kube-scheduler, built from the pinned
+// k8s.io/kubernetes, with the CSITopology plugin (pkg/scheduler/plugin)
+// registered. Enable it in a KubeSchedulerConfiguration profile; see
+// deploy/scheduler/plugin-config.yaml.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler/plugin"
+)
+
+func main() {
+	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New))
+	os.Exit(cli.Run(cmd))
+}

@@ -1,0 +1,81 @@
+// Package e2eplugin runs the companion scheduler filter end to end: the local
+// control plane with csi-topology-scheduler (kube-scheduler with the
+// CSITopology plugin) as its scheduler, the mock driver, csi-node-publisher
+// and csi-provisioner with capacity tracking.
+package e2eplugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+)
+
+const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: "{{KUBECONFIG}}"
+leaderElection:
+  leaderElect: false
+profiles:
+  - schedulerName: default-scheduler
+    plugins:
+      preFilter: {enabled: [{name: CSITopology}]}
+      filter: {enabled: [{name: CSITopology}]}
+      preScore: {enabled: [{name: CSITopology}]}
+      score: {enabled: [{name: CSITopology, weight: 3}]}
+      reserve: {enabled: [{name: CSITopology}]}
+    pluginConfig:
+      - name: CSITopology
+        args: {driverName: mock.csi.example.com}
+`
+
+const gi = int64(1) << 30
+
+var (
+	env    *lab.Lab
+	client kubernetes.Interface
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	binDir, err := os.MkdirTemp("", "csi-topology-scheduler-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	if err := controlplane.BuildProject(ctx, root, binDir, "./cmd/csi-topology-scheduler"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return controlplane.RunTestMain(m, controlplane.Options{
+		SchedulerBinary: filepath.Join(binDir, "csi-topology-scheduler"),
+		SchedulerConfig: schedulerConfig,
+	}, func(ctx context.Context, c *controlplane.Cluster) error {
+		var err error
+		env, err = lab.Setup(ctx, c, lab.Config{
+			Zones: []string{"z1", "z2", "z3"}, NodesPerZone: 2, CapacityBytes: 100 * gi,
+			ZoneCapacity:    map[string]int64{"z1": 60 * gi, "z2": 60 * gi, "z3": 100 * gi},
+			ProvisionerArgs: []string{"--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=30s"},
+		})
+		client = c.Client
+		return err
+	})
+}
