@@ -20,3 +20,11 @@ ENTRYPOINT ["/mock-driver"]
 FROM gcr.io/distroless/static:nonroot AS csi-node-publisher
 COPY --from=builder /out/csi-node-publisher /csi-node-publisher
 ENTRYPOINT ["/csi-node-publisher"]
+
+FROM gcr.io/distroless/static:nonroot AS csi-topology-scheduler
+COPY --from=builder /out/csi-topology-scheduler /csi-topology-scheduler
+ENTRYPOINT ["/csi-topology-scheduler"]
+
+FROM gcr.io/distroless/static:nonroot AS csi-scheduler-extender
+COPY --from=builder /out/csi-scheduler-extender /csi-scheduler-extender
+ENTRYPOINT ["/csi-scheduler-extender"]
