@@ -73,7 +73,7 @@ func run(m *testing.M) int {
 		env, err = lab.Setup(ctx, c, lab.Config{
 			Zones: []string{"z1", "z2", "z3"}, NodesPerZone: 2, CapacityBytes: 100 * gi,
 			ZoneCapacity:    map[string]int64{"z1": 60 * gi, "z2": 60 * gi, "z3": 100 * gi},
-			ProvisionerArgs: []string{"--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=30s"},
+			ProvisionerArgs: []string{"--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=3s"},
 		})
 		client = c.Client
 		return err

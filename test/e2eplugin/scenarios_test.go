@@ -153,18 +153,32 @@ func TestPendingClaimCountsAgainstLimit(t *testing.T) {
 // never answers RESOURCE_EXHAUSTED, and no zone is over capacity.
 func TestBurstRespectsCapacity(t *testing.T) {
 	ctx, ns, class := setup(t)
-	// Wait for the capacity objects of the new class (6 segments).
+	// Earlier tests used some space: give each zone exactly 60, 60 and 100
+	// Gi free, and wait until the published capacity says so.
+	free := map[string]int64{"z1": 60 * gi, "z2": 60 * gi, "z3": 100 * gi}
+	segs, err := env.Segments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if err := env.SetSegmentCapacity(ctx, s.Topology, s.UsedBytes+free[s.Topology[lab.ZoneKey]]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		list, err := client.StorageV1().CSIStorageCapacities("csi-topology").List(ctx, metav1.ListOptions{})
-		n := 0
+		if err != nil {
+			return false, nil
+		}
+		ok := 0
 		for _, c := range list.Items {
-			if c.StorageClassName == class {
-				n++
+			if c.StorageClassName == class && c.Capacity != nil && c.Capacity.Value() == free[c.NodeTopology.MatchLabels[lab.ZoneKey]] {
+				ok++
 			}
 		}
-		return err == nil && n == 3, nil
+		return ok == 3, nil
 	}); err != nil {
-		t.Fatalf("capacity objects not published: %v", err)
+		t.Fatalf("capacity objects do not show 60/60/100 Gi free: %v", err)
 	}
 	before, err := env.CreateRequests(ctx)
 	if err != nil {

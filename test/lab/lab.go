@@ -324,6 +324,17 @@ func (l *Lab) CreateRequests(ctx context.Context) ([]driver.CreateRecord, error)
 	return out, l.admin(ctx, http.MethodGet, "/requests?method=CreateVolume", nil, &out)
 }
 
+// Segments returns the mock driver's segments with capacity and usage.
+func (l *Lab) Segments(ctx context.Context) ([]driver.SegmentStatus, error) {
+	var out []driver.SegmentStatus
+	return out, l.admin(ctx, http.MethodGet, "/segments", nil, &out)
+}
+
+// SetSegmentCapacity sets one segment's capacity in the mock driver.
+func (l *Lab) SetSegmentCapacity(ctx context.Context, topology map[string]string, bytes int64) error {
+	return l.admin(ctx, http.MethodPut, "/segments", map[string]any{"topology": topology, "capacityBytes": bytes}, nil)
+}
+
 // SetCapacity sets the capacity of every segment of a zone in the mock
 // driver.
 func (l *Lab) SetCapacity(ctx context.Context, zone string, bytes int64) error {
