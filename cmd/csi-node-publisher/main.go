@@ -16,12 +16,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 )
 
@@ -91,13 +89,11 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config) error {
-	restCfg, err := restConfig(cfg.kubeconfig)
+	restCfg, err := kubeclient.RESTConfig(cfg.kubeconfig)
 	if err != nil {
 		return err
 	}
-	restCfg.QPS, restCfg.Burst = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst
-	restCfg.UserAgent = "csi-node-publisher/" + version
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-node-publisher/"+version)
 	if err != nil {
 		return err
 	}
@@ -122,21 +118,6 @@ func run(ctx context.Context, cfg config) error {
 		defer srv.Close()
 	}
 	return pub.Run(ctx)
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
-		}
-		return c, nil
-	}
-	c, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
-	}
-	return c, nil
 }
 
 // httpServer serves /healthz (503 while the driver is unreachable or the

@@ -19,11 +19,9 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -130,19 +128,19 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	restCfg, err := restConfig(cfg.kubeconfig)
+	restCfg, err := kubeclient.RESTConfig(cfg.kubeconfig)
 	if err != nil {
 		return err
 	}
-	client, err := newClient(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner")
+	client, err := kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner/"+version)
 	if err != nil {
 		return err
 	}
-	events, err := newClient(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner-events")
+	events, err := kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner-events/"+version)
 	if err != nil {
 		return err
 	}
-	election, err := newClient(restCfg, 5, 10, "csi-provisioner-leader-election")
+	election, err := kubeclient.New(restCfg, 5, 10, "csi-provisioner-leader-election/"+version)
 	if err != nil {
 		return err
 	}
@@ -152,7 +150,7 @@ func run(ctx context.Context, cfg config) error {
 		if !info.SupportsCapacity {
 			return fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
 		}
-		if clients.Capacity, err = newClient(restCfg, cfg.capacityQPS, cfg.capacityBurst, "csi-provisioner-capacity"); err != nil {
+		if clients.Capacity, err = kubeclient.New(restCfg, cfg.capacityQPS, cfg.capacityBurst, "csi-provisioner-capacity/"+version); err != nil {
 			return err
 		}
 		capCfg := cfg.capacity
@@ -177,28 +175,6 @@ func run(ctx context.Context, cfg config) error {
 		defer srv.Close()
 	}
 	return ctrl.Run(ctx)
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
-		}
-		return c, nil
-	}
-	c, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
-	}
-	return c, nil
-}
-
-func newClient(base *rest.Config, qps float64, burst int, agent string) (kubernetes.Interface, error) {
-	c := rest.CopyConfig(base)
-	c.QPS, c.Burst = float32(qps), burst
-	c.UserAgent = agent + "/" + version
-	return kubernetes.NewForConfig(c)
 }
 
 // httpServer serves /metrics (CSI call metrics) and /healthz (the driver

@@ -17,16 +17,11 @@ import (
 	"syscall"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler/extender"
 )
@@ -106,59 +101,18 @@ func (r requests) Observe(verb string, code int) { r.c.WithLabelValues(verb, str
 
 func run(ctx context.Context, cfg config) error {
 	logger := klog.FromContext(ctx)
-	restCfg, err := restConfig(cfg.kubeconfig)
+	restCfg, err := kubeclient.RESTConfig(cfg.kubeconfig)
 	if err != nil {
 		return err
 	}
-	restCfg.QPS, restCfg.Burst, restCfg.UserAgent = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst, "csi-scheduler-extender/"+version
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-scheduler-extender/"+version)
 	if err != nil {
 		return err
 	}
 	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
-	pods, claims := factory.Core().V1().Pods(), factory.Core().V1().PersistentVolumeClaims()
-	volumes, nodes := factory.Core().V1().PersistentVolumes(), factory.Core().V1().Nodes()
-	classes, csiNodes := factory.Storage().V1().StorageClasses(), factory.Storage().V1().CSINodes()
-	attachments := factory.Storage().V1().VolumeAttachments()
-	if err := limits.AddIndexers(pods.Informer(), claims.Informer(), attachments.Informer()); err != nil {
-		return err
-	}
-	capacities, err := scheduler.NewCapacitySource(factory.Storage().V1().CSIStorageCapacities().Informer())
-	if err != nil {
-		return err
-	}
-	counter := limits.NewCounter(cfg.driver, limits.Stores{
-		Pods: pods.Informer().GetIndexer(), Claims: claims.Informer().GetIndexer(), Attachments: attachments.Informer().GetIndexer(),
-		Volumes: volumes.Informer().GetStore(), Classes: classes.Informer().GetStore(),
-		Nodes: nodes.Informer().GetStore(), CSINodes: csiNodes.Informer().GetStore(),
-	})
-	core, err := scheduler.New(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl}, scheduler.Listers{
-		Claims: claims.Lister(), Volumes: volumes.Lister(), Classes: classes.Lister(), CSINodes: csiNodes.Lister(), Capacities: capacities,
-	}, counter, nil)
-	if err != nil {
-		return err
-	}
 	// The ledger follows the selected-node annotations the scheduler writes.
-	observe := func(obj any) {
-		claim, ok := obj.(*v1.PersistentVolumeClaim)
-		if !ok {
-			return
-		}
-		node, _ := nodes.Lister().Get(claim.Annotations["volume.kubernetes.io/selected-node"])
-		core.ObserveClaim(claim, node)
-	}
-	if _, err := claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    observe,
-		UpdateFunc: func(_, obj any) { observe(obj) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
-				core.Ledger().Release(c.UID)
-			}
-		},
-	}); err != nil {
+	core, err := scheduler.NewFromInformers(cfg.driver, cfg.ttl, factory, scheduler.ReserveSelected)
+	if err != nil {
 		return err
 	}
 	factory.Start(ctx.Done())
@@ -174,7 +128,7 @@ func run(ctx context.Context, cfg config) error {
 		Help: "Extender requests by verb and HTTP code."}, []string{"verb", "code"})
 	reg.MustRegister(reqs)
 	mux := http.NewServeMux()
-	extender.New(core, nodes.Lister(), logger, requests{reqs}).Register(mux)
+	extender.New(core, factory.Core().V1().Nodes().Lister(), logger, requests{reqs}).Register(mux)
 	mux.Handle("/metrics", metrics.HandlerFor(reg, metrics.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	srv := &http.Server{Addr: cfg.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -206,19 +160,4 @@ func run(ctx context.Context, cfg config) error {
 	case err := <-errCh:
 		return err
 	}
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
-		}
-		return c, nil
-	}
-	c, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("in-cluster configuration (use --kubeconfig outside a cluster): %w", err)
-	}
-	return c, nil
 }

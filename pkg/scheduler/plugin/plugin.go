@@ -14,11 +14,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 )
 
@@ -74,49 +72,12 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	f := h.SharedInformerFactory()
-	pods, claims := f.Core().V1().Pods(), f.Core().V1().PersistentVolumeClaims()
-	volumes, nodes := f.Core().V1().PersistentVolumes(), f.Core().V1().Nodes()
-	classes, csiNodes := f.Storage().V1().StorageClasses(), f.Storage().V1().CSINodes()
-	attachments := f.Storage().V1().VolumeAttachments()
-	if err := limits.AddIndexers(pods.Informer(), claims.Informer(), attachments.Informer()); err != nil {
-		return nil, err
-	}
-	capacities, err := scheduler.NewCapacitySource(f.Storage().V1().CSIStorageCapacities().Informer())
-	if err != nil {
-		return nil, err
-	}
-	counter := limits.NewCounter(args.DriverName, limits.Stores{
-		Pods: pods.Informer().GetIndexer(), Claims: claims.Informer().GetIndexer(), Attachments: attachments.Informer().GetIndexer(),
-		Volumes: volumes.Informer().GetStore(), Classes: classes.Informer().GetStore(),
-		Nodes: nodes.Informer().GetStore(), CSINodes: csiNodes.Informer().GetStore(),
-	})
 	ttl := args.ReservationTTL.Duration
 	if ttl <= 0 {
 		ttl = 5 * time.Minute
 	}
-	core, err := scheduler.New(scheduler.Config{Driver: args.DriverName, ReservationTTL: ttl}, scheduler.Listers{
-		Claims: claims.Lister(), Volumes: volumes.Lister(), Classes: classes.Lister(), CSINodes: csiNodes.Lister(), Capacities: capacities,
-	}, counter, nil)
+	core, err := scheduler.NewFromInformers(args.DriverName, ttl, h.SharedInformerFactory(), scheduler.ReleaseOnly)
 	if err != nil {
-		return nil, err
-	}
-	// A claim that got its PV, or lost its selected node, frees its reservation.
-	if _, err := claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) {
-			if c, ok := obj.(*v1.PersistentVolumeClaim); ok && (c.Spec.VolumeName != "" || c.Annotations["volume.kubernetes.io/selected-node"] == "") {
-				core.Ledger().Release(c.UID)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
-				core.Ledger().Release(c.UID)
-			}
-		},
-	}); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).Info("CSITopology plugin ready", "driver", args.DriverName)
