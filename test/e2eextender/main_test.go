@@ -1,0 +1,77 @@
+// Package e2eextender runs the companion filter as an HTTP extender of a
+// stock kube-scheduler on the local control plane.
+package e2eextender
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+)
+
+const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: "{{KUBECONFIG}}"
+leaderElection:
+  leaderElect: false
+extenders:
+  - urlPrefix: "http://%s"
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    weight: 5
+    nodeCacheCapable: true
+    ignorable: true
+    httpTimeout: 5s
+`
+
+var (
+	env      *lab.Lab
+	client   kubernetes.Interface
+	addr     string
+	extender *controlplane.Process
+)
+
+func TestMain(m *testing.M) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	addr = ln.Addr().String()
+	ln.Close()
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{SchedulerConfig: fmt.Sprintf(schedulerConfig, addr)},
+		func(ctx context.Context, c *controlplane.Cluster) error {
+			var err error
+			if env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2"}, NodesPerZone: 2, CapacityBytes: 100 << 30}); err != nil {
+				return err
+			}
+			client = c.Client
+			return startExtender(ctx)
+		}))
+}
+
+// startExtender runs csi-scheduler-extender on addr and waits for /healthz.
+func startExtender(ctx context.Context) error {
+	p, err := env.Cluster.StartProcess("csi-scheduler-extender", filepath.Join(env.BinDir, "csi-scheduler-extender"),
+		[]string{"--driver-name=" + lab.DriverName, "--kubeconfig=" + env.Cluster.Kubeconfig, "--listen=" + addr, "-v=4"}, nil)
+	if err != nil {
+		return err
+	}
+	extender = p
+	return env.Cluster.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil, nil
+	})
+}
