@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -137,11 +135,9 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("reading --client-ca-file: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--client-ca-file %s holds no PEM certificate", cfg.clientCA)
+		if srv.TLSConfig, err = extender.ClientCertTLSConfig(pem); err != nil {
+			return fmt.Errorf("--client-ca-file %s: %w", cfg.clientCA, err)
 		}
-		srv.TLSConfig = &tls.Config{ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
 	}
 	errCh := make(chan error, 1)
 	go func() {
