@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
@@ -17,89 +14,25 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-const timeout = 120 * time.Second
+const timeout = lab.WorkloadTimeout
 
 // setup creates a namespace and a WaitForFirstConsumer class for one test.
 func setup(t *testing.T) (context.Context, string, string) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ns := strings.ToLower("p-" + t.Name())
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	mode := storagev1.VolumeBindingWaitForFirstConsumer
-	if _, err := client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
-		ObjectMeta: metav1.ObjectMeta{Name: ns}, Provisioner: lab.DriverName, VolumeBindingMode: &mode,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	env.NamespaceWithClass(t, ctx, ns)
 	return ctx, ns, ns
 }
 
-// claimAndPod creates a claim of size and a pod using it that prefers node
-// (when not empty).
 func claimAndPod(t *testing.T, ctx context.Context, ns, class, name string, size int64, preferNode string) {
 	t.Helper()
-	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-		Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
-		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
-			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
-	}}
-	if preferNode != "" {
-		pod.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{
-			Weight: 100, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
-				{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{preferNode}}}}}}}}
-	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	env.ClaimAndPod(t, ctx, ns, class, name, size, preferNode)
 }
 
-// waitPlaced waits until the claim is Bound and its pod on a node; it
-// returns the node and the zone of the claim's volume.
 func waitPlaced(t *testing.T, ctx context.Context, ns, name string) (string, string) {
 	t.Helper()
-	var node, zone string
-	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || pod.Spec.NodeName == "" {
-			return false, nil
-		}
-		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || pvc.Status.Phase != v1.ClaimBound {
-			return false, nil
-		}
-		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		node = pod.Spec.NodeName
-		for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
-			for _, e := range term.MatchExpressions {
-				if e.Key == lab.ZoneKey {
-					zone = e.Values[0]
-				}
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("%s/%s not placed: %v", ns, name, err)
-	}
-	return node, zone
+	return env.WaitPlaced(t, ctx, ns, name)
 }
 
 // Issue 5, scenario 1 (ours): a node without the driver is filtered, so a
