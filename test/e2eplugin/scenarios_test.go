@@ -81,6 +81,40 @@ func TestPendingClaimCountsAgainstLimit(t *testing.T) {
 	}
 }
 
+// Issue 5, scenario 5 (ours): the selected node is deleted between Filter
+// and provisioning: the claim is rescheduled and provisioned elsewhere.
+func TestNodeDeletedBeforeProvisioning(t *testing.T) {
+	ctx, ns, class := setup(t)
+	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-doomed", Zone: "z1", Driver: true}); err != nil {
+		t.Fatal(err)
+	}
+	env.StopProvisioner()
+	t.Cleanup(func() {
+		if env.Provisioner() == nil {
+			_ = env.StartProvisioner()
+		}
+	})
+	claimAndPod(t, ctx, ns, class, "first", gi, "node-doomed")
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "first", metav1.GetOptions{})
+		return err == nil && pvc.Annotations["volume.kubernetes.io/selected-node"] == "node-doomed", nil
+	}); err != nil {
+		t.Fatalf("claim not selected for node-doomed: %v", err)
+	}
+	env.StopPublisher("node-doomed")
+	if err := client.CoreV1().Nodes().Delete(ctx, "node-doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	delete(env.Nodes, "node-doomed")
+	if err := env.StartProvisioner(); err != nil {
+		t.Fatal(err)
+	}
+	node, zone := waitPlaced(t, ctx, ns, "first")
+	if node == "node-doomed" || zone != env.Nodes[node] {
+		t.Errorf("first on %s (zone %s), volume in %s", node, env.Nodes[node], zone)
+	}
+}
+
 // Issue 5, scenario 2 (ours), last because it fills the zones: a burst of 20 pods x 10 Gi against zones of
 // 60, 60 and 100 Gi: every pod is placed where there was room, the driver
 // never answers RESOURCE_EXHAUSTED, and no zone is over capacity.

@@ -119,7 +119,7 @@ func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, erro
 	if err := l.startController(); err != nil {
 		return nil, err
 	}
-	if err := l.StartProvisioner(cfg.ProvisionerArgs...); err != nil {
+	if err := l.StartProvisioner(); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -284,15 +284,16 @@ func (l *Lab) StopPublisher(node string) {
 // Publisher returns the node's running csi-node-publisher, or nil.
 func (l *Lab) Publisher(node string) *controlplane.Process { return l.publishers[node] }
 
-// StartProvisioner (re)starts csi-provisioner with the lab's flags plus
-// extra flags, stopping a running one first.
+// StartProvisioner (re)starts csi-provisioner with the lab's flags
+// (Config.ProvisionerArgs included) plus extra flags, stopping a running one
+// first.
 func (l *Lab) StartProvisioner(extra ...string) error {
 	l.StopProvisioner()
 	l.provCount++
 	args := append([]string{
 		"--csi-address=unix://" + l.controllerSock, "--kubeconfig=" + l.provKubeconfig,
 		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=3",
-	}, extra...)
+	}, append(append([]string(nil), l.cfg.ProvisionerArgs...), extra...)...)
 	p, err := l.Cluster.StartProcess("csi-provisioner-"+strconv.Itoa(l.provCount), filepath.Join(l.BinDir, "csi-provisioner"), args, nil)
 	if err != nil {
 		return err
