@@ -87,6 +87,19 @@ func (p *CapacityPublisher) Touch(topologies []*csi.Topology) {
 	}
 }
 
+// Refresh updates the objects of the segments of a volume's accessible
+// topology now, before the caller goes on: after a provision, so that the
+// capacity a scheduler reads already counts the volume by the time the claim
+// binds and the scheduler drops its in-flight reservation.
+func (p *CapacityPublisher) Refresh(ctx context.Context, topologies []*csi.Topology) error {
+	for _, t := range topologies {
+		if err := p.Sync(ctx, topology.Segment(t.GetSegments()).String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Run syncs every object now, then every PollInterval and for touched
 // segments, until ctx is done.
 func (p *CapacityPublisher) Run(ctx context.Context) {

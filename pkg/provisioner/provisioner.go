@@ -48,9 +48,12 @@ type Deps struct {
 	// Decisions receives the topology decision of each successful provision,
 	// to be reported in the claim's ProvisioningSucceeded Event. May be nil.
 	Decisions *DecisionLog
-	// Capacity is told which segments a provision or delete touched. May be
-	// nil.
-	Capacity interface{ Touch([]*csi.Topology) }
+	// Capacity is told which segments a provision (Refresh, synchronous) or
+	// a delete (Touch, asynchronous) touched. May be nil.
+	Capacity interface {
+		Touch([]*csi.Topology)
+		Refresh(context.Context, []*csi.Topology) error
+	}
 }
 
 // Provisioner provisions and deletes volumes of one CSI driver. It implements
@@ -156,7 +159,9 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		p.deps.Decisions.Record(claim.UID, decision+placedIn(resp.GetVolume().GetAccessibleTopology()))
 	}
 	if p.deps.Capacity != nil {
-		p.deps.Capacity.Touch(resp.GetVolume().GetAccessibleTopology())
+		if err := p.deps.Capacity.Refresh(ctx, resp.GetVolume().GetAccessibleTopology()); err != nil {
+			logger.Error(err, "Refreshing storage capacity after the provision; the next poll retries")
+		}
 	}
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeHandle", pv.Spec.CSI.VolumeHandle,
 		"decision", decision, "accessibleTopology", segmentsString(resp.GetVolume().GetAccessibleTopology()))

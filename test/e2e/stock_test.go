@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -55,4 +59,71 @@ func TestStockSchedulerNodeWithoutDriver(t *testing.T) {
 	if err != nil || pvc.Status.Phase == v1.ClaimBound {
 		t.Errorf("claim %s (%v), want it unprovisioned", pvc.Status.Phase, err)
 	}
+}
+
+// rescheduleEvents counts the times claims of a namespace were sent back to
+// the scheduler.
+func rescheduleEvents(ctx context.Context, ns string) int32 {
+	list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return -1
+	}
+	var n int32
+	for _, e := range list.Items {
+		if e.Reason == "ProvisioningFailed" && strings.Contains(e.Message, "asking the scheduler to pick another node") {
+			n += e.Count
+		}
+	}
+	return n
+}
+
+// Issue 5, scenario 2, stock side (test/e2eplugin runs ours): with capacity
+// tracking on, 12 pods that prefer zone z1 (60 Gi free, room for 6 volumes
+// of 10 Gi) are all sent there by the stock scheduler, which checks each
+// claim alone and ignores claims in flight: claims come back to the
+// scheduler before every pod finds room.
+func TestStockBurstOvercommits(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	if _, err := client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: driverName},
+		Spec:       storagev1.CSIDriverSpec{StorageCapacity: ptr.To(true), AttachRequired: ptr.To(false)},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartProvisioner("--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=2s"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(ctx), driverName, metav1.DeleteOptions{})
+		_ = env.StartProvisioner()
+	})
+	segs, err := env.Segments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if s.Topology[zoneKey] == "z1" {
+			if err := env.SetSegmentCapacity(ctx, s.Topology, s.UsedBytes+30*gi); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		caps, err := segmentCapacities(ctx, class)
+		return err == nil && caps["z1/r1"] == 30*gi && caps["z1/r2"] == 30*gi, nil
+	}); err != nil {
+		t.Fatalf("capacity of z1 not published: %v", err)
+	}
+	const n = 12
+	for i := 0; i < n; i++ {
+		env.ClaimAndPodPreferring(t, ctx, ns, class, fmt.Sprintf("burst-%02d", i), 10*gi, zoneKey, "z1")
+	}
+	err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return rescheduleEvents(ctx, ns) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no claim was sent back: the stock scheduler did not overcommit z1: %v", err)
+	}
+	t.Logf("reschedules with the stock scheduler: %d", rescheduleEvents(ctx, ns))
 }

@@ -115,6 +115,66 @@ func TestNodeDeletedBeforeProvisioning(t *testing.T) {
 	}
 }
 
+// Issue 5, scenario 2 (ours), the counterpart of test/e2e
+// TestStockBurstOvercommits: 12 pods of 10 Gi that prefer zone z1 (60 Gi
+// free) -- the reservations of pods in flight keep all but 6 out of z1, so no
+// claim ever comes back to the scheduler.
+func TestPreferredZoneNotOvercommitted(t *testing.T) {
+	ctx, ns, class := setup(t)
+	segs, err := env.Segments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if s.Topology[lab.ZoneKey] == "z1" {
+			if err := env.SetSegmentCapacity(ctx, s.Topology, s.UsedBytes+60*gi); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		list, err := client.StorageV1().CSIStorageCapacities("csi-topology").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range list.Items {
+			if c.StorageClassName == class && c.NodeTopology.MatchLabels[lab.ZoneKey] == "z1" && c.Capacity != nil && c.Capacity.Value() == 60*gi {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("capacity of z1 not published: %v", err)
+	}
+	const n = 12
+	for i := 0; i < n; i++ {
+		env.ClaimAndPodPreferring(t, ctx, ns, class, fmt.Sprintf("pref-%02d", i), 10*gi, lab.ZoneKey, "z1")
+	}
+	inZ1 := 0
+	for i := 0; i < n; i++ {
+		node, zone := waitPlaced(t, ctx, ns, fmt.Sprintf("pref-%02d", i))
+		if zone != env.Nodes[node] {
+			t.Errorf("pref-%02d on %s in %s, volume in %s", i, node, env.Nodes[node], zone)
+		}
+		if zone == "z1" {
+			inZ1++
+		}
+	}
+	if inZ1 > 6 {
+		t.Errorf("%d volumes of 10 Gi in z1, which had 60 Gi free", inZ1)
+	}
+	list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Reason == "ProvisioningFailed" {
+			t.Errorf("claim %s came back: %s", e.InvolvedObject.Name, e.Message)
+		}
+	}
+	t.Logf("%d of %d pods in z1, no claim sent back", inZ1, n)
+}
+
 // Issue 5, scenario 2 (ours), last because it fills the zones: a burst of 20 pods x 10 Gi against zones of
 // 60, 60 and 100 Gi: every pod is placed where there was room, the driver
 // never answers RESOURCE_EXHAUSTED, and no zone is over capacity.

@@ -41,6 +41,13 @@ func (l *Lab) NamespaceWithClass(t testing.TB, ctx context.Context, name string)
 // that uses it and prefers preferNode (when not empty).
 func (l *Lab) ClaimAndPod(t testing.TB, ctx context.Context, ns, class, name string, size int64, preferNode string) {
 	t.Helper()
+	l.ClaimAndPodPreferring(t, ctx, ns, class, name, size, "kubernetes.io/hostname", preferNode)
+}
+
+// ClaimAndPodPreferring is ClaimAndPod with a preference (weight 100) for
+// nodes labelled key=value (none when value is empty).
+func (l *Lab) ClaimAndPodPreferring(t testing.TB, ctx context.Context, ns, class, name string, size int64, key, value string) {
+	t.Helper()
 	c := l.Cluster.Client
 	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -54,10 +61,10 @@ func (l *Lab) ClaimAndPod(t testing.TB, ctx context.Context, ns, class, name str
 		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
 			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
 	}}
-	if preferNode != "" {
+	if value != "" {
 		pod.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{
 			Weight: 100, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
-				{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{preferNode}}}}}}}}
+				{Key: key, Operator: v1.NodeSelectorOpIn, Values: []string{value}}}}}}}}
 	}
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
