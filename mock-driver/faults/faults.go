@@ -1,14 +1,10 @@
-// Package faults injects errors and latency into the mock driver's CSI calls,
-// by method, every Nth call or with a probability, optionally only for one
-// topology segment.
 package faults
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,105 +12,47 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Rule is one fault. JSON form:
-//
-//	{"method":"CreateVolume","code":"ResourceExhausted","every":1,
-//	 "segment":{"zone":"z2"},"latency":"200ms","count":0,"message":"zone z2 is full"}
-type Rule struct {
-	// Method is the CSI method name, e.g. "CreateVolume"; "*" matches all.
-	Method string `json:"method"`
-	// Code is the gRPC code name ("ResourceExhausted" or "RESOURCE_EXHAUSTED");
-	// empty injects only Latency.
-	Code string `json:"code,omitempty"`
-	// Message is the error message; a default names the rule.
-	Message string `json:"message,omitempty"`
-	// Every injects on every Nth matching call (1 or 0: every call).
-	Every int `json:"every,omitempty"`
-	// Probability, when > 0, injects with this probability instead of Every.
-	Probability float64 `json:"probability,omitempty"`
-	// Latency delays matching calls.
-	Latency Duration `json:"latency,omitempty"`
-	// Segment limits the rule to calls for this topology segment.
-	Segment map[string]string `json:"segment,omitempty"`
-	// Count, when > 0, is how many times the rule fires before it retires.
-	Count int `json:"count,omitempty"`
+// Options are an Injector's sources of randomness and time; zero fields get
+// the real ones.
+type Options struct {
+	// Random returns a number in [0, 1); default math/rand/v2.Float64.
+	Random func() float64
+	// After is time.After; a test passes a fake clock's.
+	After func(time.Duration) <-chan time.Time
 }
 
-// Duration is a time.Duration that reads and writes JSON as "150ms".
-type Duration time.Duration
+// Injector holds the active rules and applies them to calls. It is safe for
+// concurrent use; every rule counts the calls it matches across all callers.
+type Injector struct {
+	random func() float64
+	after  func(time.Duration) <-chan time.Time
 
-// MarshalJSON implements json.Marshaler.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("latency must be a duration string such as \"100ms\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
+	mu    sync.Mutex
+	rules []*ruleState
 }
 
-// ParseCode reads a gRPC code name in either spelling.
-func ParseCode(name string) (codes.Code, error) {
-	want := strings.ReplaceAll(strings.ToLower(name), "_", "")
-	for c := codes.OK; c <= codes.Unauthenticated; c++ {
-		if strings.ToLower(c.String()) == want {
-			return c, nil
-		}
-	}
-	return codes.Unknown, fmt.Errorf("unknown gRPC code %q", name)
-}
-
-// Validate checks a rule.
-func (r Rule) Validate() error {
-	if r.Method == "" {
-		return fmt.Errorf("fault rule needs a method")
-	}
-	if r.Code != "" {
-		if _, err := ParseCode(r.Code); err != nil {
-			return err
-		}
-	}
-	if r.Every < 0 || r.Count < 0 || r.Latency < 0 {
-		return fmt.Errorf("fault rule for %s: every, count and latency must not be negative", r.Method)
-	}
-	if r.Probability < 0 || r.Probability > 1 {
-		return fmt.Errorf("fault rule for %s: probability must be within [0, 1]", r.Method)
-	}
-	return nil
-}
-
+// ruleState is a rule with its counters.
 type ruleState struct {
 	Rule
 	code  codes.Code
-	calls int
+	calls int // matching calls seen
 	fired int
 }
 
-// Injector holds the active rules. Safe for concurrent use.
-type Injector struct {
-	mu    sync.Mutex
-	rules []*ruleState
-	// random returns a number in [0, 1); replaceable in tests.
-	random func() float64
-}
-
-// NewInjector returns an Injector with rules; random may be nil (math/rand).
-func NewInjector(rules []Rule, random func() float64) (*Injector, error) {
-	if random == nil {
-		random = rand.Float64
+// NewInjector returns an Injector with rules.
+func NewInjector(rules []Rule, opts Options) (*Injector, error) {
+	if opts.Random == nil {
+		opts.Random = rand.Float64
 	}
-	i := &Injector{random: random}
+	if opts.After == nil {
+		opts.After = time.After
+	}
+	i := &Injector{random: opts.Random, after: opts.After}
 	return i, i.Set(rules)
 }
 
-// Set replaces all rules (an empty list clears them).
+// Set replaces all rules and their counters; an empty list clears them. An
+// invalid rule changes nothing and is returned as the error.
 func (i *Injector) Set(rules []Rule) error {
 	states := make([]*ruleState, 0, len(rules))
 	for _, r := range rules {
@@ -125,6 +63,7 @@ func (i *Injector) Set(rules []Rule) error {
 		if r.Code != "" {
 			code, _ = ParseCode(r.Code)
 		}
+		r.Segment = maps.Clone(r.Segment)
 		states = append(states, &ruleState{Rule: r, code: code})
 	}
 	i.mu.Lock()
@@ -133,20 +72,24 @@ func (i *Injector) Set(rules []Rule) error {
 	return nil
 }
 
-// Rules returns the active rules.
+// Rules returns the active rules, retired ones included.
 func (i *Injector) Rules() []Rule {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	out := make([]Rule, 0, len(i.rules))
 	for _, r := range i.rules {
-		out = append(out, r.Rule)
+		rule := r.Rule
+		rule.Segment = maps.Clone(r.Segment)
+		out = append(out, rule)
 	}
 	return out
 }
 
 // Check applies the rules to one call of method for segment (nil when the
-// call concerns no segment): it sleeps for the latency of matching rules and
-// returns the status error of the first rule that fires, or nil.
+// call concerns no segment). Every rule that fires adds its latency; Check
+// waits for the sum, then returns the status error of the first firing rule
+// with a code, or nil. When ctx ends during the wait, it returns ctx's error
+// as a status.
 func (i *Injector) Check(ctx context.Context, method string, segment map[string]string) error {
 	var latency time.Duration
 	var fail error
@@ -171,12 +114,10 @@ func (i *Injector) Check(ctx context.Context, method string, segment map[string]
 	}
 	i.mu.Unlock()
 	if latency > 0 {
-		t := time.NewTimer(latency)
-		defer t.Stop()
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
-		case <-t.C:
+		case <-i.after(latency):
 		}
 	}
 	return fail
@@ -190,7 +131,7 @@ func (r *ruleState) matches(method string, segment map[string]string) bool {
 		return false
 	}
 	for k, v := range r.Segment {
-		if segment[k] != v {
+		if got, ok := segment[k]; !ok || got != v {
 			return false
 		}
 	}
@@ -201,9 +142,5 @@ func (r *ruleState) fires(random func() float64) bool {
 	if r.Probability > 0 {
 		return random() < r.Probability
 	}
-	every := r.Every
-	if every <= 1 {
-		return true
-	}
-	return r.calls%every == 0
+	return r.Every <= 1 || r.calls%r.Every == 0
 }
