@@ -1,19 +1,21 @@
 // Command mock-driver is a real CSI driver for tests, csi-sanity and local
-// clusters: topology, per-segment capacity, volume limits, fault injection.
-// See mock-driver/README.md.
+// clusters: topology, per-segment capacity, volume limits, fault injection,
+// persistent state and an admin endpoint. See mock-driver/README.md.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
@@ -22,65 +24,91 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "devel"
 
+// options are the parsed command line.
 type options struct {
 	cfg          driver.Config
 	mode         string
 	nodeTopology string
+	knownNodes   string
 	segmentsFile string
 	faultsFile   string
 	showVersion  bool
 }
 
-func parseFlags(args []string) (options, error) {
+// parseFlags parses the command line into a driver configuration, reading
+// the segment table and fault files (JSON or YAML).
+func parseFlags(args []string, output io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("mock-driver", flag.ContinueOnError)
+	fs.SetOutput(output)
 	klog.InitFlags(fs)
 	fs.StringVar(&o.cfg.Name, "name", driver.DefaultName, "Driver name.")
-	fs.StringVar(&o.cfg.Endpoint, "endpoint", "unix:///run/csi/socket", "gRPC endpoint (unix socket).")
+	fs.StringVar(&o.cfg.Endpoint, "endpoint", "unix:///run/csi/socket", "gRPC endpoint: unix:///path/csi.sock or a path.")
 	fs.StringVar(&o.mode, "mode", string(driver.ModeBoth), "Services to serve: controller, node or both.")
-	fs.StringVar(&o.cfg.NodeID, "node-id", "", "Node ID (node and both modes).")
-	fs.StringVar(&o.nodeTopology, "node-topology", "", `The node's segment, e.g. "zone=z1,rack=r1" (keys without '/' get the prefix `+driver.TopologyPrefix+`).`)
-	fs.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "Volumes per node, reported by NodeGetInfo and enforced by ControllerPublishVolume (0: no limit).")
+	fs.StringVar(&o.cfg.NodeID, "node-id", "", "Node ID (modes node and both).")
+	fs.StringVar(&o.nodeTopology, "node-topology", "", `The node's segment, e.g. "zone=z1,rack=r1"; keys without '/' get the prefix `+driver.TopologyPrefix+`.`)
+	fs.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "NodeGetInfo max_volumes_per_node, also enforced per node by ControllerPublishVolume (0: no limit).")
 	fs.BoolVar(&o.cfg.DisableTopology, "disable-topology", false, "Do not advertise VOLUME_ACCESSIBILITY_CONSTRAINTS.")
-	fs.StringVar(&o.segmentsFile, "segments-file", "", "JSON segment table of the controller (see README).")
+	fs.StringVar(&o.segmentsFile, "segments-file", "", "Segment table of the controller, JSON or YAML (see README).")
+	fs.StringVar(&o.knownNodes, "known-nodes", "", "Comma-separated node IDs ControllerPublishVolume accepts (empty: any node for a controller).")
 	fs.Int64Var(&o.cfg.MaxVolumeBytes, "max-volume-bytes", driver.DefaultMaxVolumeBytes, "Largest volume; larger requests fail with OUT_OF_RANGE.")
-	fs.StringVar(&o.cfg.StateFile, "state-file", "", "File that persists the volumes (empty: memory only).")
-	fs.StringVar(&o.cfg.AdminAddress, "admin-address", "", "TCP address of the admin HTTP endpoint, e.g. 127.0.0.1:9808 (empty: off).")
-	fs.StringVar(&o.faultsFile, "faults-file", "", "JSON list of initial fault rules.")
+	fs.StringVar(&o.cfg.StateFile, "state-file", "", "File that persists the controller's volumes (empty: memory only).")
+	fs.StringVar(&o.cfg.AdminAddress, "admin-address", "", "Loopback address of the admin HTTP endpoint, e.g. 127.0.0.1:9808 (empty: none).")
+	fs.StringVar(&o.faultsFile, "faults-file", "", "Initial fault rules: a JSON or YAML list (see README).")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	o.cfg.Mode = driver.Mode(o.mode)
 	o.cfg.Version = version
 	var err error
 	if o.cfg.NodeTopology, err = driver.ParseSegment(o.nodeTopology); err != nil {
-		return o, err
+		return o, fmt.Errorf("--node-topology: %w", err)
+	}
+	if o.knownNodes != "" {
+		o.cfg.KnownNodes = strings.Split(o.knownNodes, ",")
 	}
 	if o.segmentsFile != "" {
-		if o.cfg.Segments, o.cfg.NodeLimits, err = driver.LoadSegmentsFile(o.segmentsFile); err != nil {
-			return o, err
+		data, err := readJSONOrYAML(o.segmentsFile)
+		if err != nil {
+			return o, fmt.Errorf("--segments-file: %w", err)
 		}
+		table, err := driver.ParseSegmentTable(data)
+		if err != nil {
+			return o, fmt.Errorf("--segments-file %s: %w", o.segmentsFile, err)
+		}
+		o.cfg.Segments, o.cfg.NodeLimits = table.Segments, table.NodeLimits
 	}
 	if o.faultsFile != "" {
-		data, err := os.ReadFile(o.faultsFile)
+		data, err := readJSONOrYAML(o.faultsFile)
 		if err != nil {
-			return o, fmt.Errorf("reading faults file: %w", err)
+			return o, fmt.Errorf("--faults-file: %w", err)
 		}
-		var rules []faults.Rule
-		if err := json.Unmarshal(data, &rules); err != nil {
-			return o, fmt.Errorf("parsing faults file %q: %w", o.faultsFile, err)
+		if o.cfg.Faults, err = faults.ParseRules(data); err != nil {
+			return o, fmt.Errorf("--faults-file %s: %w", o.faultsFile, err)
 		}
-		o.cfg.Faults = rules
 	}
 	return o, nil
 }
 
+// readJSONOrYAML reads a file of JSON or YAML and returns it as JSON.
+func readJSONOrYAML(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", path, err)
+	}
+	return out, nil
+}
+
 func main() {
-	o, err := parseFlags(os.Args[1:])
+	o, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -90,17 +118,19 @@ func main() {
 	}
 	if o.showVersion {
 		fmt.Println("mock-driver", version)
-		os.Exit(0)
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	logger := klog.FromContext(ctx)
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
 	d, err := driver.New(o.cfg)
-	if err == nil {
-		err = d.Run(ctx)
-	}
 	if err != nil {
-		logger.Error(err, "mock-driver failed")
+		logger.Error(err, "Cannot start the mock driver")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 2)
+	}
+	if err := d.Run(ctx); err != nil {
+		logger.Error(err, "Mock driver failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	klog.Flush()

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"net/http"
 
 	"k8s.io/klog/v2"
@@ -13,44 +13,55 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
 )
 
+// maxAdminBody bounds admin request bodies.
 const maxAdminBody = 1 << 20
+
+// VolumeStatus is a volume as GET /volumes reports it. Its JSON also decodes
+// into a state.Volume (without the published nodes).
+type VolumeStatus struct {
+	// ID is the volume handle.
+	ID string `json:"id"`
+	// Name is the CreateVolume name.
+	Name string `json:"name"`
+	// CapacityBytes is the volume's size.
+	CapacityBytes int64 `json:"capacityBytes"`
+	// Segment is the volume's topology segment.
+	Segment map[string]string `json:"segment,omitempty"`
+	// Parameters are the CreateVolume parameters.
+	Parameters map[string]string `json:"parameters,omitempty"`
+	// Block is true for a raw block volume.
+	Block bool `json:"block,omitempty"`
+	// AccessMode is the CSI access mode the volume was created with.
+	AccessMode string `json:"accessMode,omitempty"`
+	// PublishedNodes are the nodes of ControllerPublishVolume, sorted.
+	PublishedNodes []string `json:"publishedNodes"`
+}
 
 // SegmentStatus is a segment as GET /segments reports it.
 type SegmentStatus struct {
-	Topology      map[string]string `json:"topology"`
-	CapacityBytes int64             `json:"capacityBytes"`
-	UsedBytes     int64             `json:"usedBytes"`
+	// Topology is the segment.
+	Topology map[string]string `json:"topology"`
+	// CapacityBytes is the segment's capacity; negative: unlimited.
+	CapacityBytes int64 `json:"capacityBytes"`
+	// UsedBytes is the sum of the sizes of the segment's volumes.
+	UsedBytes int64 `json:"usedBytes"`
 }
 
-func (d *Driver) record(r CreateRecord) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.requests = append(d.requests, r)
-	if len(d.requests) > maxRecords {
-		d.requests = append([]CreateRecord(nil), d.requests[len(d.requests)-maxRecords:]...)
-	}
-}
-
-// Requests returns the recorded CreateVolume requests, oldest first.
-func (d *Driver) Requests() []CreateRecord {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]CreateRecord(nil), d.requests...)
-}
-
-// Segments returns every segment with its capacity and usage.
+// Segments returns every segment with its capacity and usage, in
+// segment-key order.
 func (d *Driver) Segments() []SegmentStatus {
 	var out []SegmentStatus
 	d.store.View(func(vols map[string]*state.Volume) {
 		for _, s := range d.usage(vols) {
-			out = append(out, SegmentStatus{Topology: s.topology, CapacityBytes: s.capacity, UsedBytes: s.used})
+			out = append(out, SegmentStatus{Topology: maps.Clone(s.topology), CapacityBytes: s.capacity, UsedBytes: s.used})
 		}
 	})
 	return out
 }
 
 // SetCapacity changes the capacity of a configured segment (negative:
-// unlimited).
+// unlimited); keys without '/' get TopologyPrefix. Volumes already there
+// stay, even when they now exceed the capacity.
 func (d *Driver) SetCapacity(topology map[string]string, capacity int64) error {
 	key := segmentKey(NormalizeSegment(topology))
 	for _, s := range d.cfg.Segments {
@@ -61,22 +72,29 @@ func (d *Driver) SetCapacity(topology map[string]string, capacity int64) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("no segment %s", key)
+	return fmt.Errorf("the driver has no segment {%s}", key)
 }
 
-// SetFaults replaces the fault rules.
-func (d *Driver) SetFaults(rules []faults.Rule) error {
-	return d.faults.Set(normalizeRules(rules))
+// volumeStatuses returns the volumes as GET /volumes reports them.
+func (d *Driver) volumeStatuses() []VolumeStatus {
+	vols := d.store.List()
+	out := make([]VolumeStatus, 0, len(vols))
+	for _, v := range vols {
+		out = append(out, VolumeStatus{
+			ID: v.ID, Name: v.Name, CapacityBytes: v.CapacityBytes, Segment: v.Segment, Parameters: v.Parameters,
+			Block: v.Block, AccessMode: v.AccessMode, PublishedNodes: v.PublishedNodes(),
+		})
+	}
+	return out
 }
 
 // adminHandler serves the admin API (see mock-driver/README.md).
 func (d *Driver) adminHandler(logger klog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /volumes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, d.Volumes()) })
+	mux.HandleFunc("GET /volumes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, d.volumeStatuses()) })
 	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) {
-		method := r.URL.Query().Get("method")
-		if method != "" && method != "CreateVolume" {
+		if m := r.URL.Query().Get("method"); m != "" && m != "CreateVolume" {
 			http.Error(w, "only CreateVolume requests are recorded", http.StatusBadRequest)
 			return
 		}
@@ -92,7 +110,7 @@ func (d *Driver) adminHandler(logger klog.Logger) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		logger.Info("Fault rules replaced", "rules", len(rules))
+		logger.Info("Fault rules replaced", "rules", rules)
 		writeJSON(w, d.faults.Rules())
 	})
 	mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) {
@@ -123,18 +141,19 @@ func (d *Driver) adminHandler(logger klog.Logger) http.Handler {
 	return mux
 }
 
+// readJSON decodes a bounded request body strictly into v, answering 400
+// (413 when too large) and returning false when it cannot.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		http.Error(w, "malformed JSON body: "+err.Error(), http.StatusBadRequest)
+	err := decodeStrictFrom(http.MaxBytesReader(w, r.Body, maxAdminBody), v)
+	if err == nil {
+		return true
+	}
+	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+		http.Error(w, fmt.Sprintf("request body larger than %d bytes", maxAdminBody), http.StatusRequestEntityTooLarge)
 		return false
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		http.Error(w, "malformed JSON body: trailing data", http.StatusBadRequest)
-		return false
-	}
-	return true
+	http.Error(w, "malformed JSON body: "+err.Error(), http.StatusBadRequest)
+	return false
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

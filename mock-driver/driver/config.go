@@ -1,9 +1,9 @@
 package driver
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"net"
 	"sort"
 	"strings"
 
@@ -16,61 +16,74 @@ const DefaultName = "mock.csi.example.com"
 // TopologyPrefix is prepended to topology keys given without a '/'.
 const TopologyPrefix = "topology.mock.csi.example.com/"
 
-// DefaultMaxVolumeBytes is the largest volume the driver creates when no
-// segment limits it; larger requests fail with OUT_OF_RANGE.
+// DefaultMaxVolumeBytes is the default of Config.MaxVolumeBytes: 1 TiB.
 const DefaultMaxVolumeBytes = int64(1) << 40
 
-// Mode selects the services a driver instance serves.
+// Mode selects the CSI services a driver instance serves.
 type Mode string
 
-// The modes.
 const (
+	// ModeController serves Identity and Controller: the instance next to
+	// csi-provisioner.
 	ModeController Mode = "controller"
-	ModeNode       Mode = "node"
-	ModeBoth       Mode = "both"
+	// ModeNode serves Identity and Node: one instance per node.
+	ModeNode Mode = "node"
+	// ModeBoth serves all three, e.g. for csi-sanity.
+	ModeBoth Mode = "both"
 )
 
 // SegmentConfig is one topology segment of the controller's segment table.
 type SegmentConfig struct {
 	// Topology is the segment; keys without '/' get TopologyPrefix.
 	Topology map[string]string `json:"topology"`
-	// CapacityBytes is the segment's capacity; negative means unlimited.
+	// CapacityBytes is the segment's capacity; negative means unlimited. In
+	// a segment table file, a missing capacityBytes means unlimited.
 	CapacityBytes int64 `json:"capacityBytes"`
 }
 
-// Config configures a Driver.
+// Config configures a Driver. The zero value of every field but Endpoint
+// (and NodeID for node instances) is usable.
 type Config struct {
 	// Name is the driver name; default DefaultName.
 	Name string
-	// Version is reported by GetPluginInfo.
+	// Version is reported by GetPluginInfo; default "devel".
 	Version string
-	// Endpoint is "unix:///path/csi.sock" or a plain path.
+	// Endpoint is "unix:///path/csi.sock" or a plain path. A stale socket
+	// file there is removed.
 	Endpoint string
 	// Mode selects the services; default ModeBoth.
 	Mode Mode
-	// NodeID is the node instance's node_id.
+	// NodeID is the node instance's NodeGetInfo node_id (required in
+	// ModeNode and ModeBoth).
 	NodeID string
-	// NodeTopology is the node instance's segment.
+	// NodeTopology is the node instance's segment; keys without '/' get
+	// TopologyPrefix.
 	NodeTopology map[string]string
-	// MaxVolumesPerNode is reported by NodeGetInfo and enforced by
-	// ControllerPublishVolume for every node (0: no limit).
+	// MaxVolumesPerNode is NodeGetInfo's max_volumes_per_node, and the limit
+	// ControllerPublishVolume enforces for every node (0: no limit).
 	MaxVolumesPerNode int64
 	// NodeLimits overrides MaxVolumesPerNode per node ID in
 	// ControllerPublishVolume.
 	NodeLimits map[string]int64
-	// KnownNodes are the node IDs ControllerPublishVolume accepts; empty
-	// accepts any node in ModeController and only NodeID in ModeBoth.
+	// KnownNodes are the node IDs ControllerPublishVolume accepts. Empty:
+	// any node in ModeController (a controller cannot see the node
+	// instances), only NodeID in ModeBoth.
 	KnownNodes []string
-	// DisableTopology stops advertising VOLUME_ACCESSIBILITY_CONSTRAINTS.
+	// DisableTopology stops advertising VOLUME_ACCESSIBILITY_CONSTRAINTS;
+	// CreateVolume then ignores accessibility requirements and returns no
+	// accessible topology.
 	DisableTopology bool
-	// Segments is the controller's segment table; empty means one unlimited
+	// Segments is the controller's segment table. Empty: one unlimited
 	// segment, NodeTopology.
 	Segments []SegmentConfig
-	// MaxVolumeBytes bounds a single volume; default DefaultMaxVolumeBytes.
+	// MaxVolumeBytes is the largest volume; larger requests fail with
+	// OUT_OF_RANGE. Default DefaultMaxVolumeBytes.
 	MaxVolumeBytes int64
-	// StateFile persists volumes; empty keeps them in memory.
+	// StateFile persists the controller's volumes; empty keeps them in
+	// memory only.
 	StateFile string
-	// AdminAddress is the admin endpoint's TCP address; empty disables it.
+	// AdminAddress is the admin endpoint's TCP address on a loopback
+	// interface, e.g. "127.0.0.1:0"; empty disables it.
 	AdminAddress string
 	// Faults are the initial fault rules.
 	Faults []faults.Rule
@@ -84,7 +97,8 @@ func NormalizeKey(k string) string {
 	return TopologyPrefix + k
 }
 
-// NormalizeSegment normalizes every key of a segment.
+// NormalizeSegment returns a copy of s with every key normalized by
+// NormalizeKey.
 func NormalizeSegment(s map[string]string) map[string]string {
 	if s == nil {
 		return nil
@@ -96,7 +110,8 @@ func NormalizeSegment(s map[string]string) map[string]string {
 	return out
 }
 
-// ParseSegment reads "zone=z1,rack=r1" into a normalized segment.
+// ParseSegment reads "zone=z1,rack=r1" into a normalized segment; an empty
+// string is an empty segment.
 func ParseSegment(s string) (map[string]string, error) {
 	out := map[string]string{}
 	if strings.TrimSpace(s) == "" {
@@ -107,46 +122,45 @@ func ParseSegment(s string) (map[string]string, error) {
 		if !ok || k == "" || v == "" {
 			return nil, fmt.Errorf("topology %q: want key=value pairs separated by commas", s)
 		}
-		out[NormalizeKey(k)] = v
+		k = NormalizeKey(k)
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("topology %q: key %s given twice", s, k)
+		}
+		out[k] = v
 	}
 	return out, nil
 }
 
-// segmentsFile is the JSON form of a segment table file.
-type segmentsFile struct {
-	Segments []struct {
-		Topology      map[string]string `json:"topology"`
-		CapacityBytes *int64            `json:"capacityBytes"`
-	} `json:"segments"`
-	NodeLimits map[string]int64 `json:"nodeLimits"`
+// SocketPath returns the file system path of a unix endpoint,
+// "unix:///run/csi.sock" or "/run/csi.sock".
+func SocketPath(endpoint string) (string, error) {
+	path := endpoint
+	if scheme, rest, ok := strings.Cut(endpoint, "://"); ok {
+		if scheme != "unix" {
+			return "", fmt.Errorf("endpoint %q: only unix sockets are supported", endpoint)
+		}
+		path = rest
+	}
+	if path == "" {
+		return "", fmt.Errorf("endpoint %q has no path", endpoint)
+	}
+	return path, nil
 }
 
-// LoadSegmentsFile reads a segment table:
-//
-//	{"segments":[{"topology":{"zone":"z1"},"capacityBytes":10737418240}],
-//	 "nodeLimits":{"node-1":2}}
-//
-// A segment without capacityBytes is unlimited.
-func LoadSegmentsFile(path string) ([]SegmentConfig, map[string]int64, error) {
-	data, err := os.ReadFile(path)
+// checkLoopback accepts a "host:port" address whose host is a loopback
+// address or "localhost".
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading segments file: %w", err)
+		return fmt.Errorf("admin address %q: %w", addr, err)
 	}
-	var f segmentsFile
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return nil, nil, fmt.Errorf("parsing segments file %q: %w", path, err)
+	if host == "localhost" {
+		return nil
 	}
-	segs := make([]SegmentConfig, 0, len(f.Segments))
-	for _, s := range f.Segments {
-		c := SegmentConfig{Topology: NormalizeSegment(s.Topology), CapacityBytes: -1}
-		if s.CapacityBytes != nil {
-			c.CapacityBytes = *s.CapacityBytes
-		}
-		segs = append(segs, c)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("admin address %q: the admin endpoint listens on loopback addresses only, e.g. 127.0.0.1:9808", addr)
 	}
-	return segs, f.NodeLimits, nil
+	return nil
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -159,22 +173,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Mode == "" {
 		c.Mode = ModeBoth
 	}
-	switch c.Mode {
-	case ModeController, ModeNode, ModeBoth:
-	default:
-		return c, fmt.Errorf("unknown mode %q (want controller, node or both)", c.Mode)
-	}
-	if c.Endpoint == "" {
-		return c, fmt.Errorf("an endpoint is required")
-	}
-	if c.Mode != ModeController && c.NodeID == "" {
-		return c, fmt.Errorf("mode %s needs a node ID", c.Mode)
-	}
-	if c.MaxVolumesPerNode < 0 {
-		return c, fmt.Errorf("max volumes per node must not be negative")
-	}
 	if c.MaxVolumeBytes <= 0 {
 		c.MaxVolumeBytes = DefaultMaxVolumeBytes
+	}
+	if err := c.validate(); err != nil {
+		return c, fmt.Errorf("invalid mock driver configuration: %w", err)
 	}
 	c.NodeTopology = NormalizeSegment(c.NodeTopology)
 	segs := make([]SegmentConfig, 0, len(c.Segments))
@@ -183,7 +186,7 @@ func (c Config) withDefaults() (Config, error) {
 		s.Topology = NormalizeSegment(s.Topology)
 		key := segmentKey(s.Topology)
 		if seen[key] {
-			return c, fmt.Errorf("segment %s is listed twice", key)
+			return c, fmt.Errorf("invalid mock driver configuration: segment %q is listed twice", key)
 		}
 		seen[key] = true
 		segs = append(segs, s)
@@ -193,15 +196,54 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	sort.Slice(segs, func(i, j int) bool { return segmentKey(segs[i].Topology) < segmentKey(segs[j].Topology) })
 	c.Segments = segs
-	for _, r := range c.Faults {
-		if err := r.Validate(); err != nil {
-			return c, err
-		}
-	}
+	c.Faults = normalizeRules(c.Faults)
 	return c, nil
 }
 
-// segmentKey is the canonical "k=v,k=v" string of a segment.
+func (c Config) validate() error {
+	switch c.Mode {
+	case ModeController, ModeNode, ModeBoth:
+	default:
+		return fmt.Errorf("unknown mode %q (want controller, node or both)", c.Mode)
+	}
+	if _, err := SocketPath(c.Endpoint); err != nil {
+		return err
+	}
+	if c.Mode != ModeController && c.NodeID == "" {
+		return fmt.Errorf("mode %s needs a node ID", c.Mode)
+	}
+	if c.MaxVolumesPerNode < 0 {
+		return errors.New("max volumes per node must not be negative")
+	}
+	for node, l := range c.NodeLimits {
+		if l < 0 {
+			return fmt.Errorf("volume limit of node %q must not be negative", node)
+		}
+	}
+	if c.AdminAddress != "" {
+		if err := checkLoopback(c.AdminAddress); err != nil {
+			return err
+		}
+	}
+	for _, r := range c.Faults {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// normalizeRules normalizes the segment keys of fault rules.
+func normalizeRules(rules []faults.Rule) []faults.Rule {
+	out := make([]faults.Rule, 0, len(rules))
+	for _, r := range rules {
+		r.Segment = NormalizeSegment(r.Segment)
+		out = append(out, r)
+	}
+	return out
+}
+
+// segmentKey is the canonical "k=v,k=v" string of a segment, keys sorted.
 func segmentKey(s map[string]string) string {
 	keys := make([]string, 0, len(s))
 	for k := range s {

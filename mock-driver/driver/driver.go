@@ -7,12 +7,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
@@ -20,8 +19,13 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
 )
 
+// stopTimeout bounds the graceful stop; then open calls are cut.
+const stopTimeout = 5 * time.Second
+
 // Driver is one mock driver instance. Create it with New and serve it with
-// Run; all methods are safe for concurrent use.
+// Run (once); all methods are safe for concurrent use. The CSI methods can
+// also be called in-process, without fault injection and logging, which the
+// gRPC server adds.
 type Driver struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedControllerServer
@@ -30,34 +34,23 @@ type Driver struct {
 	cfg    Config
 	store  *state.Store
 	faults *faults.Injector
+	ready  chan struct{}
+	ran    atomic.Bool
 
 	mu sync.Mutex
 	// capacity overrides the configured capacity per segment key.
 	capacity map[string]int64
-	// requests are the most recent CreateVolume requests (a ring).
+	// requests are the most recent CreateVolume requests, oldest first;
+	// seq numbers them.
 	requests []CreateRecord
-	// nodePublished holds this node's published target paths by volume.
-	nodePublished map[string]map[string]bool
-
-	ready     chan struct{}
+	seq      int64
+	// targets are this node's NodePublishVolume targets by volume ID.
+	targets map[string]map[string]publication
+	// adminAddr is the admin endpoint's address once it listens.
 	adminAddr string
 }
 
-// CreateRecord is one CreateVolume request as the admin endpoint reports it
-// (secrets are never recorded).
-type CreateRecord struct {
-	Time       time.Time           `json:"time"`
-	Name       string              `json:"name"`
-	Requisite  []map[string]string `json:"requisite,omitempty"`
-	Preferred  []map[string]string `json:"preferred,omitempty"`
-	Parameters map[string]string   `json:"parameters,omitempty"`
-	// Result is the volume ID, or the error.
-	Result string `json:"result"`
-}
-
-const maxRecords = 1000
-
-// New returns a driver for cfg; state is loaded from cfg.StateFile.
+// New returns a driver for cfg, with the volumes of cfg.StateFile.
 func New(cfg Config) (*Driver, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -67,33 +60,25 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	inj, err := faults.NewInjector(normalizeRules(cfg.Faults), nil)
+	inj, err := faults.NewInjector(cfg.Faults, faults.Options{})
 	if err != nil {
 		return nil, err
 	}
 	return &Driver{
-		cfg:           cfg,
-		store:         store,
-		faults:        inj,
-		capacity:      map[string]int64{},
-		nodePublished: map[string]map[string]bool{},
-		ready:         make(chan struct{}),
+		cfg:      cfg,
+		store:    store,
+		faults:   inj,
+		ready:    make(chan struct{}),
+		capacity: map[string]int64{},
+		targets:  map[string]map[string]publication{},
 	}, nil
 }
 
-func normalizeRules(rules []faults.Rule) []faults.Rule {
-	out := make([]faults.Rule, 0, len(rules))
-	for _, r := range rules {
-		r.Segment = NormalizeSegment(r.Segment)
-		out = append(out, r)
-	}
-	return out
-}
-
-// Ready is closed once the gRPC socket (and the admin endpoint) listen.
+// Ready is closed once the gRPC socket and the admin endpoint listen.
 func (d *Driver) Ready() <-chan struct{} { return d.ready }
 
-// AdminURL returns the admin endpoint's base URL once Ready, or "".
+// AdminURL returns the admin endpoint's base URL, "http://127.0.0.1:port",
+// once Ready; "" without an admin endpoint.
 func (d *Driver) AdminURL() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -103,16 +88,27 @@ func (d *Driver) AdminURL() string {
 	return "http://" + d.adminAddr
 }
 
-// Volumes returns a snapshot of the driver's volumes.
+// Volumes returns a snapshot of the driver's volumes in ID order.
 func (d *Driver) Volumes() []state.Volume { return d.store.List() }
 
 // Faults returns the fault injector, to change rules in-process.
 func (d *Driver) Faults() *faults.Injector { return d.faults }
 
-// Run serves the driver until ctx is done, then stops gracefully.
+// SetFaults replaces the fault rules; keys without '/' get TopologyPrefix.
+func (d *Driver) SetFaults(rules []faults.Rule) error {
+	return d.faults.Set(normalizeRules(rules))
+}
+
+// Run listens on the endpoint (removing a stale socket file) and on the
+// admin address, serves until ctx is done, then stops gracefully (open calls
+// get stopTimeout to finish) and removes the socket. It returns an error when
+// it cannot listen or serving fails; a Driver runs once.
 func (d *Driver) Run(ctx context.Context) error {
+	if !d.ran.CompareAndSwap(false, true) {
+		return errors.New("the mock driver is already running or ran before")
+	}
 	logger := klog.FromContext(ctx)
-	path := strings.TrimPrefix(d.cfg.Endpoint, "unix://")
+	path, _ := SocketPath(d.cfg.Endpoint) // validated by New
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing stale socket %q: %w", path, err)
 	}
@@ -120,7 +116,8 @@ func (d *Driver) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening on %q: %w", path, err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(d.logInterceptor(logger)))
+	defer os.Remove(path)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(d.interceptor(logger)))
 	csi.RegisterIdentityServer(srv, d)
 	if d.cfg.Mode != ModeNode {
 		csi.RegisterControllerServer(srv, d)
@@ -129,88 +126,62 @@ func (d *Driver) Run(ctx context.Context) error {
 		csi.RegisterNodeServer(srv, d)
 	}
 
-	var admin *http.Server
+	errCh := make(chan error, 2)
 	if d.cfg.AdminAddress != "" {
-		alis, err := net.Listen("tcp", d.cfg.AdminAddress)
+		admin, err := d.serveAdmin(logger, errCh)
 		if err != nil {
 			lis.Close()
-			return fmt.Errorf("listening on admin address %q: %w", d.cfg.AdminAddress, err)
+			return err
 		}
-		d.mu.Lock()
-		d.adminAddr = alis.Addr().String()
-		d.mu.Unlock()
-		admin = &http.Server{Handler: d.adminHandler(logger), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := admin.Serve(alis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Admin endpoint failed")
-			}
-		}()
+		defer admin.Close()
 	}
 	logger.Info("Mock CSI driver serving", "name", d.cfg.Name, "mode", d.cfg.Mode, "endpoint", path,
-		"admin", d.AdminURL(), "nodeID", d.cfg.NodeID, "topology", d.cfg.NodeTopology)
+		"admin", d.AdminURL(), "nodeID", d.cfg.NodeID, "topology", d.cfg.NodeTopology, "segments", len(d.cfg.Segments))
+	go func() {
+		if err := srv.Serve(lis); err != nil {
+			errCh <- fmt.Errorf("serving gRPC: %w", err)
+		}
+	}()
 	close(d.ready)
 
-	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(lis) }()
 	select {
 	case <-ctx.Done():
 	case err := <-errCh:
-		return fmt.Errorf("serving gRPC: %w", err)
-	}
-	if admin != nil {
-		_ = admin.Close()
+		srv.Stop()
+		return err
 	}
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
+	timer := time.NewTimer(stopTimeout)
+	defer timer.Stop()
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
+	case <-timer.C:
+		logger.Info("Graceful stop timed out, closing open calls", "timeout", stopTimeout)
 		srv.Stop()
 	}
-	_ = os.Remove(path)
+	logger.Info("Mock CSI driver stopped")
 	return nil
 }
 
-// logInterceptor logs every call, secrets stripped, at V(4), with the
-// driver's logger in the call's context.
-func (d *Driver) logInterceptor(logger klog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx = klog.NewContext(ctx, logger)
-		logger.V(4).Info("CSI request", "method", info.FullMethod, "request", protosanitizer.StripSecrets(req))
-		resp, err := handler(ctx, req)
-		if err != nil {
-			logger.V(4).Info("CSI error", "method", info.FullMethod, "err", err)
-		} else {
-			logger.V(4).Info("CSI response", "method", info.FullMethod, "response", protosanitizer.StripSecrets(resp))
+// serveAdmin starts the admin endpoint; a serving error goes to errCh.
+func (d *Driver) serveAdmin(logger klog.Logger, errCh chan<- error) (*http.Server, error) {
+	alis, err := net.Listen("tcp", d.cfg.AdminAddress)
+	if err != nil {
+		return nil, fmt.Errorf("listening on admin address %q: %w", d.cfg.AdminAddress, err)
+	}
+	d.mu.Lock()
+	d.adminAddr = alis.Addr().String()
+	d.mu.Unlock()
+	srv := &http.Server{
+		Handler:           d.adminHandler(logger),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+	}
+	go func() {
+		if err := srv.Serve(alis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errCh <- fmt.Errorf("serving the admin endpoint: %w", err)
 		}
-		return resp, err
-	}
-}
-
-// GetPluginInfo implements csi.IdentityServer.
-func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return &csi.GetPluginInfoResponse{Name: d.cfg.Name, VendorVersion: d.cfg.Version}, nil
-}
-
-// GetPluginCapabilities implements csi.IdentityServer.
-func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	var caps []*csi.PluginCapability
-	service := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
-		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
-	}
-	if d.cfg.Mode != ModeNode {
-		caps = append(caps, service(csi.PluginCapability_Service_CONTROLLER_SERVICE))
-	}
-	if !d.cfg.DisableTopology {
-		caps = append(caps, service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
-	}
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
-}
-
-// Probe implements csi.IdentityServer.
-func (d *Driver) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	if err := d.faults.Check(ctx, "Probe", nil); err != nil {
-		return nil, err
-	}
-	return &csi.ProbeResponse{}, nil
+	}()
+	return srv, nil
 }

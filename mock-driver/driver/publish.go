@@ -2,28 +2,31 @@ package driver
 
 import (
 	"context"
+	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
 )
 
-// knownNode reports whether ControllerPublishVolume accepts a node ID.
+// ContextDevicePath is the publish context key of ControllerPublishVolume.
+const ContextDevicePath = "devicePath"
+
+// knownNode reports whether ControllerPublishVolume accepts a node ID: one
+// of KnownNodes when given; else any node for a controller (which cannot see
+// the node instances) and only its own node for ModeBoth.
 func (d *Driver) knownNode(id string) bool {
-	if len(d.cfg.KnownNodes) > 0 {
-		for _, n := range d.cfg.KnownNodes {
-			if n == id {
-				return true
-			}
-		}
-		return false
-	}
-	if d.cfg.Mode == ModeBoth {
+	switch {
+	case len(d.cfg.KnownNodes) > 0:
+		return slices.Contains(d.cfg.KnownNodes, id)
+	case d.cfg.Mode == ModeBoth:
 		return id == d.cfg.NodeID
+	default:
+		return true
 	}
-	return true
 }
 
 // nodeLimit returns the attach limit of a node (0: none).
@@ -34,6 +37,7 @@ func (d *Driver) nodeLimit(id string) int64 {
 	return d.cfg.MaxVolumesPerNode
 }
 
+// singleNode reports whether an access mode allows one node only.
 func singleNode(mode string) bool {
 	switch mode {
 	case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER.String(),
@@ -45,30 +49,23 @@ func singleNode(mode string) bool {
 	return false
 }
 
-// ControllerPublishVolume implements csi.ControllerServer. It enforces the
-// node's volume limit with RESOURCE_EXHAUSTED.
+// ControllerPublishVolume implements csi.ControllerServer ("attach"). An
+// unknown volume or node is NOT_FOUND; a node at its volume limit is
+// RESOURCE_EXHAUSTED; a single-node volume published to another node is
+// FAILED_PRECONDITION; publishing again with the same readonly flag
+// succeeds, with another one is ALREADY_EXISTS.
 func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
 	case req.GetNodeId() == "":
 		return nil, status.Error(codes.InvalidArgument, "node ID is required")
-	case req.GetVolumeCapability() == nil:
-		return nil, status.Error(codes.InvalidArgument, "volume capability is required")
 	}
 	if err := validateCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
 		return nil, err
 	}
-	var seg map[string]string
-	d.store.View(func(vols map[string]*state.Volume) {
-		if v, ok := vols[req.GetVolumeId()]; ok {
-			seg = v.Segment
-		}
-	})
-	if err := d.faults.Check(ctx, "ControllerPublishVolume", seg); err != nil {
-		return nil, err
-	}
-	node := req.GetNodeId()
+	node, mode := req.GetNodeId(), req.GetVolumeCapability().GetAccessMode().GetMode().String()
+	var published bool
 	err := d.store.Update(func(vols map[string]*state.Volume, _ func() string) error {
 		v, ok := vols[req.GetVolumeId()]
 		if !ok {
@@ -83,8 +80,8 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 			}
 			return nil
 		}
-		if singleNode(v.AccessMode) && len(v.Published) > 0 {
-			return status.Errorf(codes.FailedPrecondition, "volume %q is single-node and already published to another node", v.ID)
+		if (singleNode(mode) || singleNode(v.AccessMode)) && len(v.Published) > 0 {
+			return status.Errorf(codes.FailedPrecondition, "volume %q is single-node and published to node %q", v.ID, v.PublishedNodes()[0])
 		}
 		if limit := d.nodeLimit(node); limit > 0 {
 			var n int64
@@ -94,44 +91,64 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 				}
 			}
 			if n >= limit {
-				return status.Errorf(codes.ResourceExhausted, "node %q already has %d of at most %d volumes attached", node, n, limit)
+				return status.Errorf(codes.ResourceExhausted, "node %q has %d volumes attached, its limit", node, n)
 			}
 		}
 		if v.Published == nil {
 			v.Published = map[string]bool{}
 		}
 		v.Published[node] = req.GetReadonly()
+		published = true
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, asStatus(err, "publishing volume")
 	}
-	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{"devicePath": "/dev/mock/" + req.GetVolumeId()}}, nil
+	if published {
+		klog.FromContext(ctx).V(2).Info("Volume published", "volumeID", req.GetVolumeId(), "nodeID", node, "readonly", req.GetReadonly())
+	}
+	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{ContextDevicePath: "/dev/mock/" + req.GetVolumeId()}}, nil
 }
 
-// ControllerUnpublishVolume implements csi.ControllerServer; unpublishing
-// what is not published succeeds.
+// ControllerUnpublishVolume implements csi.ControllerServer ("detach");
+// without a node ID it unpublishes from every node. Unpublishing what is not
+// published succeeds.
 func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
 	}
-	if err := d.faults.Check(ctx, "ControllerUnpublishVolume", nil); err != nil {
-		return nil, err
+	var changed bool
+	d.store.View(func(vols map[string]*state.Volume) {
+		if v, ok := vols[req.GetVolumeId()]; ok {
+			_, onNode := v.Published[req.GetNodeId()]
+			changed = onNode || (req.GetNodeId() == "" && len(v.Published) > 0)
+		}
+	})
+	if !changed {
+		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
 	err := d.store.Update(func(vols map[string]*state.Volume, _ func() string) error {
-		v, ok := vols[req.GetVolumeId()]
-		if !ok {
-			return nil
-		}
-		if req.GetNodeId() == "" {
-			v.Published = nil
-		} else {
-			delete(v.Published, req.GetNodeId())
+		if v, ok := vols[req.GetVolumeId()]; ok {
+			if req.GetNodeId() == "" {
+				v.Published = nil
+			} else {
+				delete(v.Published, req.GetNodeId())
+			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, asStatus(err, "unpublishing volume")
 	}
+	klog.FromContext(ctx).V(2).Info("Volume unpublished", "volumeID", req.GetVolumeId(), "nodeID", req.GetNodeId())
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+// asStatus returns a status error as it is and anything else (a failure to
+// persist the state) as INTERNAL.
+func asStatus(err error, doing string) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Errorf(codes.Internal, "%s: %v", doing, err)
 }

@@ -2,7 +2,6 @@ package sanity
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -18,11 +17,7 @@ import (
 func TestSanity(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
-	dir, err := os.MkdirTemp("", "csi-sanity")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := t.TempDir() // "/tmp/TestSanity<n>/001": short enough for a socket path
 	socket := filepath.Join(dir, "csi.sock")
 	d, err := driver.New(driver.Config{
 		Endpoint:          "unix://" + socket,
@@ -60,5 +55,19 @@ func TestSanity(t *testing.T) {
 	cfg.TestVolumeSize = 1 << 30
 	cfg.TestNodeVolumeAttachLimit = true
 	cfg.IdempotentCount = 2
+	cfg.TestVolumeParameters = map[string]string{"type": "sanity"}
 	sanity.Test(t, cfg)
+
+	// csi-sanity deletes what it created: nothing may be left, also not in
+	// the state file a restarted driver would load.
+	if vols := d.Volumes(); len(vols) != 0 {
+		t.Errorf("%d volumes left after csi-sanity, e.g. %+v", len(vols), vols[0])
+	}
+	restarted, err := driver.New(driver.Config{Endpoint: "unix://" + socket, Mode: driver.ModeController, StateFile: filepath.Join(dir, "state.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vols := restarted.Volumes(); len(vols) != 0 {
+		t.Errorf("the state file holds %d volumes after csi-sanity", len(vols))
+	}
 }
