@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -90,14 +91,22 @@ func (p *CapacityPublisher) Touch(topologies []*csi.Topology) {
 // Refresh updates the objects of the segments of a volume's accessible
 // topology now, before the caller goes on: after a provision, so that the
 // capacity a scheduler reads already counts the volume by the time the claim
-// binds and the scheduler drops its in-flight reservation.
-func (p *CapacityPublisher) Refresh(ctx context.Context, topologies []*csi.Topology) error {
+// binds. It returns, for the objects of class it refreshed, "namespace/name"
+// → resourceVersion after the refresh (for topology.AnnCapacityVersions).
+func (p *CapacityPublisher) Refresh(ctx context.Context, topologies []*csi.Topology, class string) (map[string]string, error) {
+	versions := map[string]string{}
 	for _, t := range topologies {
-		if err := p.Sync(ctx, topology.Segment(t.GetSegments()).String()); err != nil {
-			return err
+		objs, err := p.sync(ctx, topology.Segment(t.GetSegments()).String())
+		for _, o := range objs {
+			if o.StorageClassName == class {
+				versions[o.Namespace+"/"+o.Name] = o.ResourceVersion
+			}
+		}
+		if err != nil {
+			return versions, err
 		}
 	}
-	return nil
+	return versions, nil
 }
 
 // Run syncs every object now, then every PollInterval and for touched
@@ -128,13 +137,19 @@ type capacityKey struct{ segment, class string }
 // Sync brings the objects in line with the known segments and classes; with
 // only set, it refreshes that segment's objects only (and deletes nothing).
 func (p *CapacityPublisher) Sync(ctx context.Context, only string) error {
+	_, err := p.sync(ctx, only)
+	return err
+}
+
+// sync is Sync that also returns the objects as they are after it.
+func (p *CapacityPublisher) sync(ctx context.Context, only string) ([]*storagev1.CSIStorageCapacity, error) {
 	desired := map[capacityKey]struct {
 		seg   topology.Segment
 		class *storagev1.StorageClass
 	}{}
 	classes, err := p.classes.List(labels.Everything())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, keys := range p.index.KeySets() {
 		for _, seg := range p.index.Segments(keys) {
@@ -155,7 +170,7 @@ func (p *CapacityPublisher) Sync(ctx context.Context, only string) error {
 	existing, err := p.capacities.CSIStorageCapacities(p.cfg.Namespace).List(labels.SelectorFromSet(labels.Set{
 		labelDriverName: p.cfg.DriverName, labelManagedBy: managedBy}))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	have := map[capacityKey]*storagev1.CSIStorageCapacity{}
 	for _, obj := range existing {
@@ -166,7 +181,7 @@ func (p *CapacityPublisher) Sync(ctx context.Context, only string) error {
 		key := capacityKey{topology.Segment(sel).String(), obj.StorageClassName}
 		if _, ok := desired[key]; !ok && only == "" {
 			if err := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{}); err != nil {
-				return fmt.Errorf("deleting obsolete capacity %s: %w", obj.Name, err)
+				return nil, fmt.Errorf("deleting obsolete capacity %s: %w", obj.Name, err)
 			}
 			continue
 		}
@@ -178,19 +193,24 @@ func (p *CapacityPublisher) Sync(ctx context.Context, only string) error {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].segment+keys[i].class < keys[j].segment+keys[j].class })
 	var firstErr error
+	out := make([]*storagev1.CSIStorageCapacity, 0, len(keys))
 	for _, k := range keys {
 		d := desired[k]
-		if err := p.syncOne(ctx, d.seg, d.class, have[k]); err != nil && firstErr == nil {
+		obj, err := p.syncOne(ctx, d.seg, d.class, have[k])
+		if err != nil && firstErr == nil {
 			firstErr = err
 		}
+		if obj != nil {
+			out = append(out, obj)
+		}
 	}
-	return firstErr
+	return out, firstErr
 }
 
-func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, class *storagev1.StorageClass, cur *storagev1.CSIStorageCapacity) error {
+func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, class *storagev1.StorageClass, cur *storagev1.CSIStorageCapacity) (*storagev1.CSIStorageCapacity, error) {
 	params, err := parseClassParameters(class.Parameters)
 	if err != nil {
-		return fmt.Errorf("class %s: %w", class.Name, err)
+		return nil, fmt.Errorf("class %s: %w", class.Name, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	resp, err := p.csi.GetCapacity(cctx, &csi.GetCapacityRequest{
@@ -199,7 +219,7 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("GetCapacity for segment %s, class %s: %w", seg, class.Name, err)
+		return nil, fmt.Errorf("GetCapacity for segment %s, class %s: %w", seg, class.Name, err)
 	}
 	capacity := resource.NewQuantity(resp.GetAvailableCapacity(), resource.BinarySI)
 	var maxSize *resource.Quantity
@@ -221,16 +241,22 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 		if p.cfg.Owner != nil {
 			obj.OwnerReferences = []metav1.OwnerReference{*p.cfg.Owner}
 		}
-		_, err := csc.Create(ctx, obj, metav1.CreateOptions{})
-		return err
+		created, err := csc.Create(ctx, obj, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			return created, err
+		}
+		// The informer has not seen our own earlier create yet: read that
+		// one object (rare) and update it below.
+		if cur, err = csc.Get(ctx, obj.Name, metav1.GetOptions{}); err != nil {
+			return nil, err
+		}
 	}
 	if quantityEqual(cur.Capacity, capacity) && quantityEqual(cur.MaximumVolumeSize, maxSize) {
-		return nil
+		return cur, nil
 	}
 	upd := cur.DeepCopy()
 	upd.Capacity, upd.MaximumVolumeSize = capacity, maxSize
-	_, err = csc.Update(ctx, upd, metav1.UpdateOptions{})
-	return err
+	return csc.Update(ctx, upd, metav1.UpdateOptions{})
 }
 
 // capacityName is a deterministic object name for (driver, segment, class),

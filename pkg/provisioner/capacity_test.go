@@ -82,6 +82,26 @@ func TestCapacityPublisher(t *testing.T) {
 		}
 	}
 
+	// Refresh updates the volume's segment at once and reports the class's
+	// objects it refreshed, for the PV annotation.
+	if err := mock.SetCapacity(map[string]string{"zone": "z2"}, 3*gi); err != nil {
+		t.Fatal(err)
+	}
+	versions, err := p.Refresh(ctx, zoneTopo("z2"), "wffc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := capacities(t, ctx, client, "wffc")["z2"]; got != 3*gi {
+		t.Errorf("z2 capacity after Refresh = %d, want %d", got, 3*gi)
+	}
+	wantKey := "csi/" + capacityName(testDriver, topology.Segment(zoneTopo("z2")[0].GetSegments()).String(), "wffc")
+	if _, ok := versions[wantKey]; !ok || len(versions) != 1 {
+		t.Errorf("Refresh versions = %v, want the one key %s", versions, wantKey)
+	}
+	if v, _ := p.Refresh(ctx, zoneTopo("z2"), "imm"); len(v) != 0 {
+		t.Errorf("Refresh for a class without objects = %v, want none", v)
+	}
+
 	// A touched segment is refreshed by Run without waiting for the poll.
 	if err := mock.SetCapacity(map[string]string{"zone": "z1"}, 4*gi); err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ type Deps struct {
 	// a delete (Touch, asynchronous) touched. May be nil.
 	Capacity interface {
 		Touch([]*csi.Topology)
-		Refresh(context.Context, []*csi.Topology) error
+		Refresh(ctx context.Context, topologies []*csi.Topology, class string) (map[string]string, error)
 	}
 }
 
@@ -159,8 +159,15 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		p.deps.Decisions.Record(claim.UID, decision+placedIn(resp.GetVolume().GetAccessibleTopology()))
 	}
 	if p.deps.Capacity != nil {
-		if err := p.deps.Capacity.Refresh(ctx, resp.GetVolume().GetAccessibleTopology()); err != nil {
+		versions, err := p.deps.Capacity.Refresh(ctx, resp.GetVolume().GetAccessibleTopology(), opts.StorageClass.Name)
+		if err != nil {
 			logger.Error(err, "Refreshing storage capacity after the provision; the next poll retries")
+		}
+		if len(versions) > 0 {
+			if pv.Annotations == nil {
+				pv.Annotations = map[string]string{}
+			}
+			pv.Annotations[topology.AnnCapacityVersions] = topology.FormatCapacityVersions(versions)
 		}
 	}
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeHandle", pv.Spec.CSI.VolumeHandle,

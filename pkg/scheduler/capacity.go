@@ -38,3 +38,15 @@ func (i indexedCapacities) ForClass(class string) ([]*storagev1.CSIStorageCapaci
 	}
 	return out, nil
 }
+
+func (i indexedCapacities) Version(key string) (string, bool) {
+	obj, ok, err := i.idx.GetByKey(key)
+	if err != nil || !ok {
+		return "", false
+	}
+	c, ok := obj.(*storagev1.CSIStorageCapacity)
+	if !ok {
+		return "", false
+	}
+	return c.ResourceVersion, true
+}

@@ -25,10 +25,13 @@ const MaxScore = 100
 
 const annSelectedNode = "volume.kubernetes.io/selected-node"
 
-// CapacitySource returns the CSIStorageCapacity objects of a class. An
-// informer with an index by class implements it in O(objects of the class).
+// CapacitySource returns the CSIStorageCapacity objects of a class, and the
+// resourceVersion of one object by "namespace/name" (false when it is not
+// known). An informer with an index by class implements it in O(objects of
+// the class).
 type CapacitySource interface {
 	ForClass(class string) ([]*storagev1.CSIStorageCapacity, error)
+	Version(key string) (string, bool)
 }
 
 // Listers are the informer-backed reads of the Core.
@@ -70,7 +73,9 @@ func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (
 	if cfg.ReservationTTL <= 0 {
 		cfg.ReservationTTL = 5 * time.Minute
 	}
-	return &Core{cfg: cfg, l: l, counter: counter, ledger: NewLedger(cfg.ReservationTTL, now)}, nil
+	c := &Core{cfg: cfg, l: l, counter: counter, ledger: NewLedger(cfg.ReservationTTL, now)}
+	c.ledger.SetSettledCheck(c.capacityCounts)
+	return c, nil
 }
 
 // Ledger returns the reservations in flight.
@@ -331,13 +336,41 @@ func (c *Core) Unreserve(pv *PodVolumes) {
 	}
 }
 
-// ObserveClaim keeps the ledger in step with a claim (the extender feeds
-// it from claim events): a bound claim, or one without selected-node, holds
-// no reservation; an unbound claim of the driver with selected-node set
-// reserves its request in that node's segment. node is the selected node,
-// nil when unknown.
+// capacityCounts reports whether the published capacity already counts a
+// volume: the capacity informer has seen every object version recorded on
+// the PV by csi-provisioner (topology.AnnCapacityVersions). A PV not yet
+// seen does not count; a PV without the annotation (capacity publishing
+// off, or the refresh failed) counts at once, as does an object that is
+// gone.
+func (c *Core) capacityCounts(volume string) bool {
+	pv, err := c.l.Volumes.Get(volume)
+	if err != nil {
+		return false
+	}
+	ann := pv.Annotations[topology.AnnCapacityVersions]
+	if ann == "" || c.l.Capacities == nil {
+		return true
+	}
+	for key, want := range topology.ParseCapacityVersions(ann) {
+		if have, ok := c.l.Capacities.Version(key); ok && !topology.VersionReached(have, want) {
+			return false
+		}
+	}
+	return true
+}
+
+// ObserveClaim keeps the ledger in step with a claim (fed from claim
+// events): a bound claim's reservation lasts until the published capacity
+// counts its volume (Ledger.Settle); one without selected-node holds no
+// reservation; with obs ReserveSelected, an unbound claim of the driver
+// with selected-node set reserves its request in that node's segment. node
+// is the selected node, nil when unknown.
 func (c *Core) ObserveClaim(claim *v1.PersistentVolumeClaim, node *v1.Node) {
-	if claim.Spec.VolumeName != "" || claim.Annotations[annSelectedNode] == "" || node == nil || claim.Spec.StorageClassName == nil {
+	if claim.Spec.VolumeName != "" {
+		c.ledger.Settle(claim.UID, claim.Spec.VolumeName)
+		return
+	}
+	if claim.Annotations[annSelectedNode] == "" || node == nil || claim.Spec.StorageClassName == nil {
 		c.ledger.Release(claim.UID)
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
 const (
@@ -256,6 +257,37 @@ func TestReservationsAndScore(t *testing.T) {
 	bound := claim("a", "fast", 16*gi)
 	bound.Spec.VolumeName = "pv-a"
 	c.ObserveClaim(bound, nil)
+	z1 := topologySegment("z1")
+	if got := c.Ledger().Reserved(z1, "fast", nil); got != 16*gi {
+		t.Errorf("bound claim whose PV is not seen yet reserves %d, want %d", got, 16*gi)
+	}
+	// The PV records the capacity version that counts it; until the
+	// capacity informer has it, the reservation stays.
+	cap1 := capacity("fast", "z1", 20*gi)
+	cap1.ResourceVersion = "41"
+	w.add(t, w.capacities, cap1)
+	w.add(t, w.volumes, &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-a",
+		Annotations: map[string]string{topology.AnnCapacityVersions: "csi/fast-z1=42"}}})
+	if got := c.Ledger().Reserved(z1, "fast", nil); got != 16*gi {
+		t.Errorf("bound claim whose capacity is not refreshed yet reserves %d, want %d", got, 16*gi)
+	}
+	cap1 = capacity("fast", "z1", 4*gi)
+	cap1.ResourceVersion = "42"
+	if err := w.capacities.Update(cap1); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Ledger().Reserved(z1, "fast", nil); got != 0 {
+		t.Errorf("bound claim reserves %d once the capacity counts it, want 0", got)
+	}
+	// A bound claim whose PV has no annotation (capacity publishing off)
+	// releases at once.
+	c.Reserve(a, node("n1", "z1"))
+	w.add(t, w.volumes, &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-plain"}})
+	bound.Spec.VolumeName = "pv-plain"
+	c.ObserveClaim(bound, nil)
+	if c.Ledger().Len() != 0 {
+		t.Errorf("%d reservations after a bind to a PV without capacity versions", c.Ledger().Len())
+	}
 	selected := claim("b", "fast", 8*gi)
 	selected.Annotations = map[string]string{annSelectedNode: "n2"}
 	c.ObserveClaim(selected, node("n2", "z2"))

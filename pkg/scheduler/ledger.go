@@ -10,13 +10,15 @@ import (
 // Ledger records storage reserved in a (segment, class) for claims that
 // have a node but no volume yet: pods reserved by the scheduler and not yet
 // annotated, and claims with selected-node set but not yet bound. An entry
-// ends when its claim is released (PV bound, annotation removed, pod
-// deleted) or expires. Safe for concurrent use; Reserve and Release of the
+// ends when its claim is released (annotation removed, pod deleted), when
+// it expires, or, once the claim is bound (Settle), as soon as the
+// published capacity counts the volume (the settled check). Safe for concurrent use; Reserve and Release of the
 // same claim are idempotent, so Reserve/Unreserve stay exact when calls for
 // one pod race.
 type Ledger struct {
-	ttl time.Duration
-	now func() time.Time
+	ttl     time.Duration
+	now     func() time.Time
+	settled func(volume string) bool
 
 	mu      sync.Mutex
 	claims  map[types.UID]reservation
@@ -30,6 +32,9 @@ type reservation struct {
 	pod     string
 	bytes   int64
 	expires time.Time
+	// volume is set once the claim is bound: the reservation lasts until
+	// settled(volume).
+	volume string
 }
 
 // NewLedger returns a Ledger whose entries expire after ttl; now may be nil
@@ -39,6 +44,29 @@ func NewLedger(ttl time.Duration, now func() time.Time) *Ledger {
 		now = time.Now
 	}
 	return &Ledger{ttl: ttl, now: now, claims: map[types.UID]reservation{}, buckets: map[bucket]map[types.UID]bool{}}
+}
+
+// SetSettledCheck sets how the ledger learns that the published capacity
+// counts a bound claim's volume; without it Settle releases at once. Call
+// before use.
+func (l *Ledger) SetSettledCheck(settled func(volume string) bool) { l.settled = settled }
+
+// Settle records that a reserved claim is bound to volume: its reservation
+// ends once the settled check says the published capacity counts the
+// volume (checked when the bucket is read), or when it expires.
+func (l *Ledger) Settle(claim types.UID, volume string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.claims[claim]
+	if !ok {
+		return
+	}
+	if l.settled == nil || l.settled(volume) {
+		l.releaseLocked(claim)
+		return
+	}
+	r.volume = volume
+	l.claims[claim] = r
 }
 
 // Reserve records bytes for a claim of pod in (segment, class), replacing
@@ -86,8 +114,8 @@ func (l *Ledger) releaseLocked(claim types.UID) {
 }
 
 // Reserved returns the bytes reserved in (segment, class) for claims other
-// than those except reports (a pod's own claims). Expired entries are
-// dropped. Cost: the reservations in flight in that bucket.
+// than those except reports (a pod's own claims). Expired and settled
+// entries are dropped. Cost: the reservations in flight in that bucket.
 func (l *Ledger) Reserved(segment, class string, except func(types.UID) bool) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -95,7 +123,7 @@ func (l *Ledger) Reserved(segment, class string, except func(types.UID) bool) in
 	var sum int64
 	for uid := range l.buckets[bucket{segment, class}] {
 		r := l.claims[uid]
-		if now.After(r.expires) {
+		if now.After(r.expires) || (r.volume != "" && l.settled(r.volume)) {
 			l.releaseLocked(uid)
 			continue
 		}
