@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -82,6 +84,13 @@ type Config struct {
 	// StateFile persists the controller's volumes; empty keeps them in
 	// memory only.
 	StateFile string
+	// DataDir holds one sub-directory per volume (a file for a block
+	// volume) that NodePublishVolume bind-mounts onto the target, so the
+	// data survive NodeUnpublishVolume; a relative path is made absolute.
+	// Empty: publish creates a plain target directory or file and unpublish
+	// removes it with its contents, which needs no mount privileges. Only
+	// supported on Linux.
+	DataDir string
 	// AdminAddress is the admin endpoint's TCP address on a loopback
 	// interface, e.g. "127.0.0.1:0"; empty disables it.
 	AdminAddress string
@@ -179,6 +188,13 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.validate(); err != nil {
 		return c, fmt.Errorf("invalid mock driver configuration: %w", err)
 	}
+	if c.DataDir != "" {
+		dir, err := filepath.Abs(c.DataDir)
+		if err != nil {
+			return c, fmt.Errorf("invalid mock driver configuration: data directory %q: %w", c.DataDir, err)
+		}
+		c.DataDir = dir
+	}
 	c.NodeTopology = NormalizeSegment(c.NodeTopology)
 	segs := make([]SegmentConfig, 0, len(c.Segments))
 	seen := map[string]bool{}
@@ -219,6 +235,9 @@ func (c Config) validate() error {
 		if l < 0 {
 			return fmt.Errorf("volume limit of node %q must not be negative", node)
 		}
+	}
+	if c.DataDir != "" && runtime.GOOS != "linux" {
+		return fmt.Errorf("a data directory needs bind mounts, which the mock driver supports on Linux only, not %s", runtime.GOOS)
 	}
 	if c.AdminAddress != "" {
 		if err := checkLoopback(c.AdminAddress); err != nil {

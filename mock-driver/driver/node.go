@@ -53,11 +53,13 @@ func checkTarget(path string) error {
 }
 
 // NodePublishVolume implements csi.NodeServer. It creates the target, a
-// directory for a mount volume or a file for a block volume (the mock's
-// data live there), and records it. Publishing again at the same target
-// with the same capability and readonly flag succeeds, with others is
-// ALREADY_EXISTS; a SINGLE_NODE_SINGLE_WRITER volume at a second target is
-// FAILED_PRECONDITION.
+// directory for a mount volume or a file for a block volume, and records it.
+// Without Config.DataDir the mock's data live in the target; with it the
+// target is a bind mount of the volume's data there (see bindData), as a
+// kubelet needs to keep the data across unpublish and publish. Publishing
+// again at the same target with the same capability and readonly flag
+// succeeds, with others is ALREADY_EXISTS; a SINGLE_NODE_SINGLE_WRITER volume
+// at a second target is FAILED_PRECONDITION.
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
@@ -88,7 +90,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is single-writer and published at %q", id, t)
 		}
 	}
-	if err := makeTarget(target, pub.block); err != nil {
+	if d.cfg.DataDir == "" {
+		if err := makeTarget(target, pub.block); err != nil {
+			return nil, err
+		}
+	} else if err := d.bindData(ctx, id, target, pub); err != nil {
 		return nil, err
 	}
 	if d.targets[id] == nil {
@@ -120,8 +126,10 @@ func makeTarget(target string, block bool) error {
 	return nil
 }
 
-// NodeUnpublishVolume implements csi.NodeServer: it removes the target with
-// everything in it and succeeds when it is already gone.
+// NodeUnpublishVolume implements csi.NodeServer: without Config.DataDir it
+// removes the target with everything in it; with it, it unmounts the target
+// and removes the empty mount point, keeping the data (see unbindData). It
+// succeeds when the target is already gone.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
@@ -132,7 +140,11 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	id, target := req.GetVolumeId(), filepath.Clean(req.GetTargetPath())
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := os.RemoveAll(target); err != nil {
+	if d.cfg.DataDir != "" {
+		if err := d.unbindData(ctx, id, target); err != nil {
+			return nil, err
+		}
+	} else if err := os.RemoveAll(target); err != nil {
 		return nil, status.Errorf(codes.Internal, "removing target %q: %v", target, err)
 	}
 	if _, ok := d.targets[id][target]; ok {
