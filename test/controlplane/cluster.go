@@ -59,6 +59,12 @@ type Cluster struct {
 	core    []*Process
 	procs   []*Process
 	stopped bool
+	// the scheduler's command line, for RestartScheduler.
+	sched         *Process
+	schedBinary   string
+	schedArgs     []string
+	schedPort     int
+	schedRestarts int
 }
 
 func freePorts(n int) ([]int, error) {
@@ -195,9 +201,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 		schedArgs = append(schedArgs, "--config="+path)
 	}
+	c.schedBinary, c.schedArgs, c.schedPort = bins.Scheduler, schedArgs, schedPort
 	if err := c.startCore("kube-scheduler", bins.Scheduler, schedArgs...); err != nil {
 		return c, err
 	}
+	c.sched = c.core[len(c.core)-1]
 	for name, port := range map[string]int{"kube-controller-manager": kcmPort, "kube-scheduler": schedPort} {
 		if err := c.waitHealthy(sctx, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", ""); err != nil {
 			return c, fmt.Errorf("%s not healthy: %w", name, err)
@@ -222,6 +230,47 @@ func (c *Cluster) startCore(name, binary string, args ...string) error {
 	c.core = append(c.core, p)
 	c.mu.Unlock()
 	return nil
+}
+
+// StopScheduler stops the scheduler (SIGTERM): what it held only in memory
+// (assumed pods, a plugin's reservations) is gone, as after a crash or a
+// leader change. StartScheduler starts it again with the same command line
+// and waits until it is healthy.
+func (c *Cluster) StopScheduler() {
+	c.mu.Lock()
+	p := c.sched
+	c.mu.Unlock()
+	if p != nil {
+		p.Stop(15 * time.Second)
+	}
+}
+
+// StartScheduler starts the scheduler after StopScheduler; its log is
+// kube-scheduler-<n>.log.
+func (c *Cluster) StartScheduler(ctx context.Context) error {
+	c.mu.Lock()
+	if c.sched != nil && !c.sched.Exited() {
+		c.mu.Unlock()
+		return fmt.Errorf("the scheduler is running")
+	}
+	c.schedRestarts++
+	name := fmt.Sprintf("kube-scheduler-%d", c.schedRestarts)
+	c.mu.Unlock()
+	p, err := startProcess(c.LogDir, name, c.schedBinary, c.schedArgs, nil)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for i, q := range c.core {
+		if q == c.sched {
+			c.core[i] = p
+		}
+	}
+	c.sched = p
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return c.waitHealthy(ctx, "https://127.0.0.1:"+strconv.Itoa(c.schedPort)+"/healthz", "")
 }
 
 // writeCredentials generates the service-account key pair and the admin

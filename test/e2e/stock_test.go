@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
@@ -126,4 +127,46 @@ func TestStockBurstOvercommits(t *testing.T) {
 		t.Fatalf("no claim was sent back: the stock scheduler did not overcommit z1: %v", err)
 	}
 	t.Logf("reschedules with the stock scheduler: %d", rescheduleEvents(ctx, ns))
+}
+
+// Issue 5, scenario 3, stock side (test/e2eplugin runs ours): the stock
+// scheduler counts attached volumes by the pods it has bound or assumed.
+// After a restart it has forgotten the first pod, whose claim was selected
+// for the one-slot node and is being provisioned: it sends the second pod's
+// claim to the same node, and the first pod can then never run there.
+func TestStockForgetsPendingClaimAcrossRestart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ns := "e2e-stock-restart"
+	env.NamespaceWithClass(t, ctx, ns)
+	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-slot", Zone: "z2", Rack: "r1", Driver: true, MaxVolumes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	out := env.PendingClaimAcrossRestart(t, ctx, ns, ns, "node-slot")
+	if !out.SecondSelected {
+		t.Fatalf("the stock scheduler refused the second pod (%q); this test expects it to forget the pending claim", out.SecondUnschedulable)
+	}
+	// Both claims are now provisioned for node-slot; the first pod waits
+	// for a slot that the second one holds.
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		pod, err := client.CoreV1().Pods(ns).Get(ctx, "first", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("first pod not reported unschedulable: %v", err)
+	}
+	for _, name := range []string{"first", "second"} {
+		if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && pvc.Status.Phase == v1.ClaimBound, nil
+		}); err != nil {
+			t.Errorf("claim %s not provisioned: %v", name, err)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
@@ -243,4 +244,26 @@ func TestBurstRespectsCapacity(t *testing.T) {
 		t.Errorf("%d CreateVolume calls answered RESOURCE_EXHAUSTED, want 0", exhausted)
 	}
 	t.Logf("volumes per zone: %v; CreateVolume calls: %d", perZone, len(reqs)-len(before))
+}
+
+// Issue 5, scenario 3 across a scheduler restart (ours): the first pod's
+// claim, selected for a one-slot node in a scheduling cycle that ended with
+// the restart, still counts against the node's limit, so the second pod
+// (first in the queue after the restart) is refused and the first pod runs
+// there. (Stock: test/e2e TestStockForgetsPendingClaimAcrossRestart.)
+func TestPendingClaimCountsAcrossRestart(t *testing.T) {
+	ctx, ns, class := setup(t)
+	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-slot", Zone: "z2", Driver: true, MaxVolumes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	out := env.PendingClaimAcrossRestart(t, ctx, ns, class, "node-slot")
+	if out.SecondSelected {
+		t.Fatal("second pod's claim sent to node-slot although the first pod's pending claim holds its only attach slot")
+	}
+	if !strings.Contains(out.SecondUnschedulable, string(scheduler.ReasonVolumeLimitExceeded)) {
+		t.Errorf("second pod unschedulable with %q, want the reason %s", out.SecondUnschedulable, scheduler.ReasonVolumeLimitExceeded)
+	}
+	if node, _ := waitPlaced(t, ctx, ns, "first"); node != "node-slot" {
+		t.Errorf("first on %s, want node-slot", node)
+	}
 }

@@ -1,0 +1,130 @@
+package lab
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const annSelectedNode = "volume.kubernetes.io/selected-node"
+
+// RestartOutcome is what PendingClaimAcrossRestart saw once the restarted
+// scheduler had decided about the second pod.
+type RestartOutcome struct {
+	// SecondSelected: the second pod's claim was sent to the node although
+	// the first pod's claim, still being provisioned, holds its only attach
+	// slot.
+	SecondSelected bool
+	// SecondUnschedulable is the message of the second pod's PodScheduled
+	// condition when the scheduler refused it.
+	SecondUnschedulable string
+}
+
+// PendingClaimAcrossRestart plays issue 5's scenario 3 across a scheduler
+// restart, where a scheduler's memory of the pods it assumed is gone: node
+// has an allocatable count of 1; pod "first" (requiring node) gets its claim
+// selected for node while the provisioner is down, so the claim stays
+// pending; the scheduler stops; pod "second" (requiring node, higher
+// priority that never preempts, so the restarted scheduler takes it first)
+// is created; the scheduler starts again. It returns when the second pod's
+// claim is selected for node or the second pod is unschedulable. The
+// provisioner is started again (Config.ProvisionerArgs) before it returns;
+// the pods and the PriorityClass are removed at cleanup.
+func (l *Lab) PendingClaimAcrossRestart(t testing.TB, ctx context.Context, ns, class, node string) RestartOutcome {
+	t.Helper()
+	c := l.Cluster.Client
+	never := v1.PreemptNever
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-first-in-queue"}, Value: 1000, PreemptionPolicy: &never}
+	if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		for _, name := range []string{"first", "second"} {
+			_ = c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		_ = c.SchedulingV1().PriorityClasses().Delete(ctx, pc.Name, metav1.DeleteOptions{})
+	})
+
+	l.StopProvisioner()
+	defer func() {
+		if err := l.StartProvisioner(); err != nil {
+			t.Errorf("restarting the provisioner: %v", err)
+		}
+	}()
+	l.claimAndPinnedPod(t, ctx, ns, class, "first", node, "")
+	l.waitSelected(t, ctx, ns, "first", node)
+
+	l.Cluster.StopScheduler()
+	l.claimAndPinnedPod(t, ctx, ns, class, "second", node, pc.Name)
+	if err := l.Cluster.StartScheduler(ctx); err != nil {
+		t.Fatalf("restarting the scheduler: %v", err)
+	}
+
+	var out RestartOutcome
+	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "second", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if pvc.Annotations[annSelectedNode] == node {
+			out.SecondSelected = true
+			return true, nil
+		}
+		pod, err := c.CoreV1().Pods(ns).Get(ctx, "second", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && cond.Reason == v1.PodReasonUnschedulable {
+				out.SecondUnschedulable = cond.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the restarted scheduler never decided about the second pod: %v", err)
+	}
+	return out
+}
+
+// claimAndPinnedPod creates a 1 GiB claim of class and a pod of the same
+// name that requires node and has the given priority class (none if empty).
+func (l *Lab) claimAndPinnedPod(t testing.TB, ctx context.Context, ns, class, name, node, priorityClass string) {
+	t.Helper()
+	c := l.Cluster.Client
+	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
+		PriorityClassName: priorityClass,
+		Containers:        []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
+		Affinity: &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+			NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
+				{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}}}}},
+	}}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitSelected waits until claim name has selected-node node.
+func (l *Lab) waitSelected(t testing.TB, ctx context.Context, ns, name, node string) {
+	t.Helper()
+	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		pvc, err := l.Cluster.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && pvc.Annotations[annSelectedNode] == node, nil
+	}); err != nil {
+		t.Fatalf("claim %s/%s never selected for %s: %v", ns, name, node, err)
+	}
+}
