@@ -1,6 +1,6 @@
 // Command csi-scheduler-extender serves the companion scheduler filter for
 // one CSI driver as an HTTP(S) kube-scheduler extender. See
-// deploy/scheduler/extender-config.yaml for the scheduler side.
+// deploy/kubernetes/components/scheduler-extender/kube-scheduler-config.yaml for the scheduler side.
 package main
 
 import (

@@ -1,7 +1,7 @@
 // Command csi-topology-scheduler is kube-scheduler, built from the pinned
 // k8s.io/kubernetes, with the CSITopology plugin (pkg/scheduler/plugin)
 // registered. Enable it in a KubeSchedulerConfiguration profile; see
-// deploy/scheduler/plugin-config.yaml.
+// deploy/kubernetes/components/scheduler-plugin/config.yaml.
 package main
 
 import (

@@ -5,12 +5,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -29,6 +31,7 @@ type options struct {
 	cfg          driver.Config
 	mode         string
 	nodeTopology string
+	topologyFile string
 	knownNodes   string
 	segmentsFile string
 	faultsFile   string
@@ -49,6 +52,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.nodeTopology, "node-topology", "", `The node's segment, e.g. "zone=z1,rack=r1"; keys without '/' get the prefix `+driver.TopologyPrefix+`.`)
 	fs.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "NodeGetInfo max_volumes_per_node, also enforced per node by ControllerPublishVolume (0: no limit).")
 	fs.BoolVar(&o.cfg.DisableTopology, "disable-topology", false, "Do not advertise VOLUME_ACCESSIBILITY_CONSTRAINTS.")
+	fs.StringVar(&o.topologyFile, "node-topology-file", "", "Segments of many nodes, JSON or YAML: node ID -> {key: value}; a node instance takes its --node-id's entry (for a DaemonSet; excludes --node-topology).")
 	fs.StringVar(&o.segmentsFile, "segments-file", "", "Segment table of the controller, JSON or YAML (see README).")
 	fs.StringVar(&o.knownNodes, "known-nodes", "", "Comma-separated node IDs ControllerPublishVolume accepts (empty: any node for a controller).")
 	fs.Int64Var(&o.cfg.MaxVolumeBytes, "max-volume-bytes", driver.DefaultMaxVolumeBytes, "Largest volume; larger requests fail with OUT_OF_RANGE.")
@@ -66,6 +70,14 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	o.cfg.Mode = driver.Mode(o.mode)
 	o.cfg.Version = version
 	var err error
+	if o.topologyFile != "" {
+		if o.nodeTopology != "" {
+			return o, errors.New("--node-topology and --node-topology-file exclude each other")
+		}
+		if o.nodeTopology, err = nodeTopologyFromFile(o.topologyFile, o.cfg.NodeID); err != nil {
+			return o, fmt.Errorf("--node-topology-file: %w", err)
+		}
+	}
 	if o.cfg.NodeTopology, err = driver.ParseSegment(o.nodeTopology); err != nil {
 		return o, fmt.Errorf("--node-topology: %w", err)
 	}
@@ -93,6 +105,29 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		}
 	}
 	return o, nil
+}
+
+// nodeTopologyFromFile returns node's entry of a node topology file in the
+// form of --node-topology.
+func nodeTopologyFromFile(path, node string) (string, error) {
+	data, err := readJSONOrYAML(path)
+	if err != nil {
+		return "", err
+	}
+	var table map[string]map[string]string
+	if err := json.Unmarshal(data, &table); err != nil {
+		return "", fmt.Errorf("%s: want node ID -> {key: value}: %w", path, err)
+	}
+	seg, ok := table[node]
+	if !ok || node == "" {
+		return "", fmt.Errorf("%s has no entry for node %q", path, node)
+	}
+	parts := make([]string, 0, len(seg))
+	for k, v := range seg {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ","), nil
 }
 
 // readJSONOrYAML reads a file of JSON or YAML and returns it as JSON.

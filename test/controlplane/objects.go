@@ -145,12 +145,12 @@ func (c *Cluster) ApplyYAML(ctx context.Context, data []byte, dryRun bool) error
 			}
 			ri = dyn.Resource(mapping.Resource).Namespace(ns)
 		}
-		_, err = ri.Create(ctx, &obj, metav1.CreateOptions{DryRun: opts})
+		_, err = ri.Create(ctx, &obj, metav1.CreateOptions{DryRun: opts, FieldValidation: metav1.FieldValidationStrict})
 		if apierrors.IsAlreadyExists(err) {
 			var cur *unstructured.Unstructured
 			if cur, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
 				obj.SetResourceVersion(cur.GetResourceVersion())
-				_, err = ri.Update(ctx, &obj, metav1.UpdateOptions{DryRun: opts})
+				_, err = ri.Update(ctx, &obj, metav1.UpdateOptions{DryRun: opts, FieldValidation: metav1.FieldValidationStrict})
 			}
 		}
 		if err != nil {

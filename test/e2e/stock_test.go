@@ -131,9 +131,10 @@ func TestStockBurstOvercommits(t *testing.T) {
 
 // Issue 5, scenario 3, stock side (test/e2eplugin runs ours): the stock
 // scheduler counts attached volumes by the pods it has bound or assumed.
-// After a restart it has forgotten the first pod, whose claim was selected
-// for the one-slot node and is being provisioned: it sends the second pod's
-// claim to the same node, and the first pod can then never run there.
+// After a restart (the first pod deleted and created again meanwhile) it
+// knows nothing of the first claim, selected for the one-slot node and
+// being provisioned: it sends the second pod's claim to the same node, and
+// the first pod can then never run there.
 func TestStockForgetsPendingClaimAcrossRestart(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ns := "e2e-stock-restart"

@@ -38,6 +38,9 @@ var (
 	client   kubernetes.Interface
 	addr     string
 	extender *controlplane.Process
+	// extenderKubeconfig acts as the extender's ServiceAccount, under the
+	// RBAC of deploy/kubernetes/components/scheduler-extender.
+	extenderKubeconfig string
 )
 
 func TestMain(m *testing.M) {
@@ -55,6 +58,13 @@ func TestMain(m *testing.M) {
 				return err
 			}
 			client = c.Client
+			rbac := filepath.Join(c.RepoRoot, "deploy", "kubernetes", "components", "scheduler-extender", "rbac.yaml")
+			if err := c.ApplyFile(ctx, rbac, false); err != nil {
+				return err
+			}
+			if extenderKubeconfig, err = c.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-scheduler-extender"); err != nil {
+				return err
+			}
 			return startExtender(ctx)
 		}))
 }
@@ -62,7 +72,7 @@ func TestMain(m *testing.M) {
 // startExtender runs csi-scheduler-extender on addr and waits for /healthz.
 func startExtender(ctx context.Context) error {
 	p, err := env.Cluster.StartProcess("csi-scheduler-extender", filepath.Join(env.BinDir, "csi-scheduler-extender"),
-		[]string{"--driver-name=" + lab.DriverName, "--kubeconfig=" + env.Cluster.Kubeconfig, "--listen=" + addr, "-v=4"}, nil)
+		[]string{"--driver-name=" + lab.DriverName, "--kubeconfig=" + extenderKubeconfig, "--listen=" + addr, "-v=4"}, nil)
 	if err != nil {
 		return err
 	}

@@ -248,9 +248,10 @@ func TestBurstRespectsCapacity(t *testing.T) {
 
 // Issue 5, scenario 3 across a scheduler restart (ours): the first pod's
 // claim, selected for a one-slot node in a scheduling cycle that ended with
-// the restart, still counts against the node's limit, so the second pod
-// (first in the queue after the restart) is refused and the first pod runs
-// there. (Stock: test/e2e TestStockForgetsPendingClaimAcrossRestart.)
+// the restart (and its pod deleted and created again meanwhile), still
+// counts against the node's limit, so the second pod is refused and the
+// first pod runs there. (Stock: test/e2e
+// TestStockForgetsPendingClaimAcrossRestart.)
 func TestPendingClaimCountsAcrossRestart(t *testing.T) {
 	ctx, ns, class := setup(t)
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-slot", Zone: "z2", Driver: true, MaxVolumes: 1}); err != nil {

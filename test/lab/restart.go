@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -24,30 +23,25 @@ type RestartOutcome struct {
 	SecondUnschedulable string
 }
 
-// PendingClaimAcrossRestart plays issue 5's scenario 3 across a scheduler
-// restart, where a scheduler's memory of the pods it assumed is gone: node
-// has an allocatable count of 1; pod "first" (requiring node) gets its claim
-// selected for node while the provisioner is down, so the claim stays
-// pending; the scheduler stops; pod "second" (requiring node, higher
-// priority that never preempts, so the restarted scheduler takes it first)
-// is created; the scheduler starts again. It returns when the second pod's
-// claim is selected for node or the second pod is unschedulable. The
-// provisioner is started again (Config.ProvisionerArgs) before it returns;
-// the pods and the PriorityClass are removed at cleanup.
+// PendingClaimAcrossRestart plays issue 5's scenario 3 where the scheduler
+// has nothing in memory about the pending claim: node has an allocatable
+// count of 1; pod "first" (requiring node) gets its claim selected for node
+// while the provisioner is down, so the claim stays pending; the scheduler
+// stops (what it assumed is gone, as after a crash or a leader change) and
+// the pod is deleted meanwhile (evicted, or a StatefulSet rollout: its claim
+// stays, selected for node); the scheduler starts again and pod "second"
+// (requiring node) is created. It returns once the second pod's claim is
+// selected for node or the second pod is unschedulable, after creating pod
+// "first" again and starting the provisioner (Config.ProvisionerArgs). The
+// pods are removed at cleanup.
 func (l *Lab) PendingClaimAcrossRestart(t testing.TB, ctx context.Context, ns, class, node string) RestartOutcome {
 	t.Helper()
 	c := l.Cluster.Client
-	never := v1.PreemptNever
-	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-first-in-queue"}, Value: 1000, PreemptionPolicy: &never}
-	if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		ctx := context.WithoutCancel(ctx)
 		for _, name := range []string{"first", "second"} {
 			_ = c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}
-		_ = c.SchedulingV1().PriorityClasses().Delete(ctx, pc.Name, metav1.DeleteOptions{})
 	})
 
 	l.StopProvisioner()
@@ -56,14 +50,20 @@ func (l *Lab) PendingClaimAcrossRestart(t testing.TB, ctx context.Context, ns, c
 			t.Errorf("restarting the provisioner: %v", err)
 		}
 	}()
-	l.claimAndPinnedPod(t, ctx, ns, class, "first", node, "")
+	l.createClaim(t, ctx, ns, class, "first")
+	l.createPinnedPod(t, ctx, ns, "first", node)
 	l.waitSelected(t, ctx, ns, "first", node)
 
 	l.Cluster.StopScheduler()
-	l.claimAndPinnedPod(t, ctx, ns, class, "second", node, pc.Name)
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "first", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
 	if err := l.Cluster.StartScheduler(ctx); err != nil {
 		t.Fatalf("restarting the scheduler: %v", err)
 	}
+	l.createClaim(t, ctx, ns, class, "second")
+	l.createPinnedPod(t, ctx, ns, "second", node)
+	defer l.createPinnedPod(t, ctx, ns, "first", node)
 
 	var out RestartOutcome
 	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
@@ -92,28 +92,31 @@ func (l *Lab) PendingClaimAcrossRestart(t testing.TB, ctx context.Context, ns, c
 	return out
 }
 
-// claimAndPinnedPod creates a 1 GiB claim of class and a pod of the same
-// name that requires node and has the given priority class (none if empty).
-func (l *Lab) claimAndPinnedPod(t testing.TB, ctx context.Context, ns, class, name, node, priorityClass string) {
+// createClaim creates a 1 GiB claim of class.
+func (l *Lab) createClaim(t testing.TB, ctx context.Context, ns, class, name string) {
 	t.Helper()
-	c := l.Cluster.Client
-	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
+	if _, err := l.Cluster.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// createPinnedPod creates a pod that uses the claim of the same name and
+// requires node.
+func (l *Lab) createPinnedPod(t testing.TB, ctx context.Context, ns, name, node string) {
+	t.Helper()
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-		PriorityClassName: priorityClass,
-		Containers:        []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+		Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
 		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
 			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
 		Affinity: &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
 			NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
 				{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}}}}},
 	}}
-	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := l.Cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
