@@ -163,6 +163,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 		cc.Capacity = &capCfg
 	}
+	cc.Metrics = mm.GetRegistry()
 	cc.Provisioner.DriverName = info.Name
 	cc.Provisioner.SupportsTopology = info.SupportsTopology
 	cc.Provisioner.SupportsSingleNodeMultiWriter = info.SupportsSingleNodeMultiWriter
@@ -171,15 +172,16 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	if cfg.httpEndpoint != "" {
-		srv := httpServer(ctx, cfg.httpEndpoint, mm, conn)
+		srv := httpServer(ctx, cfg.httpEndpoint, mm, conn, ctrl.Leading)
 		defer srv.Close()
 	}
 	return ctrl.Run(ctx)
 }
 
-// httpServer serves /metrics (CSI call metrics) and /healthz (the driver
-// answers Probe) until ctx is done.
-func httpServer(ctx context.Context, addr string, mm metrics.CSIMetricsManager, conn *grpc.ClientConn) *http.Server {
+// httpServer serves /metrics (CSI calls, operations, reschedules, capacity),
+// /healthz (the driver answers Probe) and /readyz (200 only while this
+// replica provisions, i.e. leads) until ctx is done.
+func httpServer(ctx context.Context, addr string, mm metrics.CSIMetricsManager, conn *grpc.ClientConn, leading func() bool) *http.Server {
 	logger := klog.FromContext(ctx)
 	mux := http.NewServeMux()
 	mm.RegisterToServer(mux, "/metrics")
@@ -189,6 +191,13 @@ func httpServer(ctx context.Context, addr string, mm metrics.CSIMetricsManager, 
 		ready, err := rpc.Probe(pctx, conn)
 		if err != nil || !ready {
 			http.Error(w, fmt.Sprintf("CSI driver not ready: %v", err), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !leading() {
+			http.Error(w, "not leading: a standby replica does not provision", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

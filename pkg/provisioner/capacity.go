@@ -61,6 +61,7 @@ type CapacityPublisher struct {
 	classes    storagelisters.StorageClassLister
 	capacities storagelisters.CSIStorageCapacityLister
 	touched    chan string
+	metrics    *Metrics
 }
 
 // NewCapacityPublisher returns a CapacityPublisher; capacities lists the
@@ -180,7 +181,9 @@ func (p *CapacityPublisher) sync(ctx context.Context, only string) ([]*storagev1
 		}
 		key := capacityKey{topology.Segment(sel).String(), obj.StorageClassName}
 		if _, ok := desired[key]; !ok && only == "" {
-			if err := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{}); err != nil {
+			err := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{})
+			p.metrics.observeCapacityWrite("delete", err)
+			if err != nil {
 				return nil, fmt.Errorf("deleting obsolete capacity %s: %w", obj.Name, err)
 			}
 			continue
@@ -203,6 +206,9 @@ func (p *CapacityPublisher) sync(ctx context.Context, only string) ([]*storagev1
 		if obj != nil {
 			out = append(out, obj)
 		}
+	}
+	if only == "" {
+		p.metrics.setCapacityObjects(len(out))
 	}
 	return out, firstErr
 }
@@ -242,6 +248,7 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 			obj.OwnerReferences = []metav1.OwnerReference{*p.cfg.Owner}
 		}
 		created, err := csc.Create(ctx, obj, metav1.CreateOptions{})
+		p.metrics.observeCapacityWrite("create", err)
 		if !apierrors.IsAlreadyExists(err) {
 			return created, err
 		}
@@ -256,7 +263,9 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	}
 	upd := cur.DeepCopy()
 	upd.Capacity, upd.MaximumVolumeSize = capacity, maxSize
-	return csc.Update(ctx, upd, metav1.UpdateOptions{})
+	updated, err := csc.Update(ctx, upd, metav1.UpdateOptions{})
+	p.metrics.observeCapacityWrite("update", err)
+	return updated, err
 }
 
 // capacityName is a deterministic object name for (driver, segment, class),

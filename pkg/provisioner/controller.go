@@ -3,13 +3,16 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
@@ -36,6 +39,8 @@ type ControllerConfig struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Capacity, when set, publishes CSIStorageCapacity objects.
 	Capacity *CapacityConfig
+	// Metrics, when set, receives the provisioner's metrics.
+	Metrics metrics.KubeRegistry
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -91,6 +96,9 @@ type Controller struct {
 
 	capacity        *CapacityPublisher
 	capacityFactory informers.SharedInformerFactory
+	// leading is true while this replica provisions (always, once running,
+	// without leader election).
+	leading atomic.Bool
 }
 
 // NewController wires a Provisioner for the driver behind csiClient.
@@ -132,14 +140,22 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
 	}
 	deps := Deps{
-		CSI:       csiClient,
-		Secrets:   client.CoreV1(),
-		CSINodes:  csiNodes.Lister(),
-		Index:     index,
-		Decisions: decisions,
+		CSI:        csiClient,
+		Secrets:    client.CoreV1(),
+		CSINodes:   csiNodes.Lister(),
+		Index:      index,
+		Decisions:  decisions,
+		Selections: NewSelectionClock(nil),
+	}
+	if cfg.Metrics != nil {
+		deps.Metrics = NewMetrics(cfg.Metrics)
 	}
 	if capacity != nil {
+		capacity.metrics = deps.Metrics
 		deps.Capacity = capacity
+	}
+	if _, err := claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
+		return nil, fmt.Errorf("watching claims: %w", err)
 	}
 	p, err := New(cfg.Provisioner, deps)
 	if err != nil {
@@ -198,11 +214,46 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.lib.Run(ctx)
 		}
 	}
+	inner := work
+	work = func(ctx context.Context) {
+		c.leading.Store(true)
+		defer c.leading.Store(false)
+		inner(ctx)
+	}
 	if !c.cfg.LeaderElection {
 		work(ctx)
 		return nil
 	}
 	return runLeaderElected(ctx, c.cfg, c.clients.LeaderElection, work)
+}
+
+// Leading reports whether this replica is provisioning: it holds the
+// leader-election Lease (or runs without leader election) and its caches
+// have synced. Serve it as /readyz.
+func (c *Controller) Leading() bool { return c.leading.Load() }
+
+// selectionHandler feeds claim events to the selection clock.
+func selectionHandler(clock *SelectionClock) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
+				clock.Observe(c)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
+				clock.Observe(c)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
+				clock.Forget(c.UID)
+			}
+		},
+	}
 }
 
 // feedIndex registers the index's handlers on the Node and CSINode informers

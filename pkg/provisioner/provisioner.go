@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
@@ -54,6 +55,10 @@ type Deps struct {
 		Touch([]*csi.Topology)
 		Refresh(ctx context.Context, topologies []*csi.Topology, class string) (map[string]string, error)
 	}
+	// Metrics records operations and reschedules. May be nil.
+	Metrics *Metrics
+	// Selections times claims from selected-node to PV. May be nil.
+	Selections *SelectionClock
 }
 
 // Provisioner provisions and deletes volumes of one CSI driver. It implements
@@ -93,6 +98,23 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 // Provision creates the volume of a claim and returns its PV. See the package
 // documentation for how errors map onto the returned state.
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	start := time.Now()
+	pv, state, err := p.provision(ctx, opts)
+	var ignored *controller.IgnoredError
+	if errors.As(err, &ignored) {
+		return pv, state, err
+	}
+	p.deps.Metrics.observeOperation("provision", opts.StorageClass.Name, provisionResult(state, err), time.Since(start))
+	if err == nil && pv != nil && p.deps.Selections != nil {
+		node := opts.PVC.Annotations[annSelectedNode]
+		if d, ok := p.deps.Selections.Since(opts.PVC.UID, node); ok && node != "" {
+			p.deps.Metrics.observeSelectedToPV(opts.StorageClass.Name, d)
+		}
+	}
+	return pv, state, err
+}
+
+func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	claim, class := opts.PVC, opts.StorageClass
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim), "storageClass", class.Name)
 	ctx = klog.NewContext(ctx, logger)
@@ -193,6 +215,7 @@ func (p *Provisioner) fail(ctx context.Context, claim *v1.PersistentVolumeClaim,
 			p.forgetBackground(claim.UID)
 		}
 		logger.V(2).Info("Returning claim to the scheduler", "reason", reason, "err", err)
+		p.deps.Metrics.observeReschedule(reason)
 		err = fmt.Errorf("%w; asking the scheduler to pick another node (%s)", err, reason)
 	default:
 		p.forgetBackground(claim.UID)
@@ -264,6 +287,17 @@ func (p *Provisioner) Delete(ctx context.Context, pv *v1.PersistentVolume) error
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.cfg.DriverName {
 		return &controller.IgnoredError{Reason: fmt.Sprintf("PV %q is not a volume of driver %q", pv.Name, p.cfg.DriverName)}
 	}
+	start := time.Now()
+	err := p.delete(ctx, pv)
+	result := resultSuccess
+	if err != nil {
+		result = resultError
+	}
+	p.deps.Metrics.observeOperation("delete", pv.Spec.StorageClassName, result, time.Since(start))
+	return err
+}
+
+func (p *Provisioner) delete(ctx context.Context, pv *v1.PersistentVolume) error {
 	var secrets map[string]string
 	name, ns := pv.Annotations[annDeletionSecretName], pv.Annotations[annDeletionSecretNamespace]
 	if name != "" {

@@ -1,0 +1,175 @@
+package provisioner
+
+import (
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+)
+
+const metricsSubsystem = "csi_topology_provisioner"
+
+// Operation results, the "result" label.
+const (
+	resultSuccess    = "success"
+	resultReschedule = "reschedule"
+	resultBackground = "in_background"
+	resultRetry      = "retry"
+	resultError      = "error"
+)
+
+// Metrics are the provisioner's Prometheus metrics (CSI calls are timed by
+// csi-lib-utils' metrics manager on the same registry). A nil *Metrics
+// records nothing.
+type Metrics struct {
+	operations *metrics.CounterVec
+	durations  *metrics.HistogramVec
+	reschedule *metrics.CounterVec
+	selected   *metrics.HistogramVec
+	capObjects *metrics.Gauge
+	capSyncs   *metrics.CounterVec
+}
+
+// NewMetrics registers the provisioner's metrics in reg.
+func NewMetrics(reg metrics.KubeRegistry) *Metrics {
+	m := &Metrics{
+		operations: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "operations_total",
+			Help: "Provision and delete operations by storage class and result (success, reschedule, in_background, retry, error)."},
+			[]string{"operation", "storage_class", "result"}),
+		durations: metrics.NewHistogramVec(&metrics.HistogramOpts{Subsystem: metricsSubsystem, Name: "operation_duration_seconds",
+			Help:    "Duration of provision and delete operations by storage class and result.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}},
+			[]string{"operation", "storage_class", "result"}),
+		reschedule: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "reschedules_total",
+			Help: "Claims handed back to the scheduler (selected-node removed), by reason."},
+			[]string{"reason"}),
+		selected: metrics.NewHistogramVec(&metrics.HistogramOpts{Subsystem: metricsSubsystem, Name: "selected_node_to_pv_seconds",
+			Help:    "Time from when the provisioner first saw a claim's selected-node annotation to its PV being returned for creation, by storage class.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}},
+			[]string{"storage_class"}),
+		capObjects: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "capacity_objects",
+			Help: "CSIStorageCapacity objects this provisioner publishes."}),
+		capSyncs: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "capacity_updates_total",
+			Help: "CSIStorageCapacity creates, updates and deletes by result."},
+			[]string{"operation", "result"}),
+	}
+	reg.MustRegister(m.operations, m.durations, m.reschedule, m.selected, m.capObjects, m.capSyncs)
+	return m
+}
+
+func provisionResult(state controller.ProvisioningState, err error) string {
+	switch {
+	case err == nil:
+		return resultSuccess
+	case state == controller.ProvisioningReschedule:
+		return resultReschedule
+	case state == controller.ProvisioningInBackground:
+		return resultBackground
+	case state == controller.ProvisioningNoChange:
+		return resultRetry
+	default:
+		return resultError
+	}
+}
+
+func (m *Metrics) observeOperation(op, class, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.operations.WithLabelValues(op, class, result).Inc()
+	m.durations.WithLabelValues(op, class, result).Observe(d.Seconds())
+}
+
+func (m *Metrics) observeReschedule(reason RescheduleReason) {
+	if m != nil {
+		m.reschedule.WithLabelValues(string(reason)).Inc()
+	}
+}
+
+func (m *Metrics) observeSelectedToPV(class string, d time.Duration) {
+	if m != nil {
+		m.selected.WithLabelValues(class).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) setCapacityObjects(n int) {
+	if m != nil {
+		m.capObjects.Set(float64(n))
+	}
+}
+
+func (m *Metrics) observeCapacityWrite(op string, err error) {
+	if m == nil {
+		return
+	}
+	result := resultSuccess
+	if err != nil {
+		result = resultError
+	}
+	m.capSyncs.WithLabelValues(op, result).Inc()
+}
+
+// SelectionClock remembers when the provisioner first saw each claim's
+// selected-node annotation (fed by the claim informer), for the
+// selected_node_to_pv_seconds metric. Safe for concurrent use.
+type SelectionClock struct {
+	now func() time.Time
+	mu  sync.Mutex
+	m   map[types.UID]selection
+}
+
+type selection struct {
+	node string
+	at   time.Time
+}
+
+// NewSelectionClock returns an empty clock; now may be nil (time.Now).
+func NewSelectionClock(now func() time.Time) *SelectionClock {
+	if now == nil {
+		now = time.Now
+	}
+	return &SelectionClock{now: now, m: map[types.UID]selection{}}
+}
+
+// Observe records a claim event: an unbound claim with a selected node
+// starts the clock for that node (once); any other state stops it.
+func (c *SelectionClock) Observe(claim *v1.PersistentVolumeClaim) {
+	node := claim.Annotations[annSelectedNode]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if node == "" || claim.Spec.VolumeName != "" || claim.DeletionTimestamp != nil {
+		delete(c.m, claim.UID)
+		return
+	}
+	if s, ok := c.m[claim.UID]; !ok || s.node != node {
+		c.m[claim.UID] = selection{node: node, at: c.now()}
+	}
+}
+
+// Forget drops a deleted claim.
+func (c *SelectionClock) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, uid)
+}
+
+// Since returns how long ago node was first seen selected for the claim.
+func (c *SelectionClock) Since(uid types.UID, node string) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.m[uid]
+	if !ok || s.node != node {
+		return 0, false
+	}
+	return c.now().Sub(s.at), true
+}
+
+// Len returns the number of claims being timed.
+func (c *SelectionClock) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}

@@ -1,0 +1,91 @@
+package provisioner
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+)
+
+func TestSelectionClock(t *testing.T) {
+	now := time.Unix(100, 0)
+	c := NewSelectionClock(func() time.Time { return now })
+	claim := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{UID: "u1", Annotations: map[string]string{annSelectedNode: "n1"}}}
+	c.Observe(claim)
+	now = now.Add(2 * time.Second)
+	c.Observe(claim) // a later event does not restart the clock
+	if d, ok := c.Since("u1", "n1"); !ok || d != 2*time.Second {
+		t.Errorf("Since(n1) = %v, %v; want 2s", d, ok)
+	}
+	if _, ok := c.Since("u1", "n2"); ok {
+		t.Error("Since for another node reported a time")
+	}
+	claim.Annotations[annSelectedNode] = "n2" // rescheduled: a new clock
+	c.Observe(claim)
+	if d, ok := c.Since("u1", "n2"); !ok || d != 0 {
+		t.Errorf("Since(n2) after reschedule = %v, %v; want 0", d, ok)
+	}
+	claim.Spec.VolumeName = "pv"
+	c.Observe(claim)
+	if c.Len() != 0 {
+		t.Error("bound claim still timed")
+	}
+	claim.Spec.VolumeName = ""
+	c.Observe(claim)
+	c.Forget("u1")
+	if c.Len() != 0 {
+		t.Error("deleted claim still timed")
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		state controller.ProvisioningState
+		err   error
+		want  string
+	}{
+		{controller.ProvisioningFinished, nil, resultSuccess},
+		{controller.ProvisioningReschedule, errors.New("x"), resultReschedule},
+		{controller.ProvisioningInBackground, errors.New("x"), resultBackground},
+		{controller.ProvisioningNoChange, errors.New("x"), resultRetry},
+		{controller.ProvisioningFinished, errors.New("x"), resultError},
+	} {
+		if got := provisionResult(tc.state, tc.err); got != tc.want {
+			t.Errorf("provisionResult(%s, %v) = %s, want %s", tc.state, tc.err, got, tc.want)
+		}
+	}
+	reg := metrics.NewKubeRegistry()
+	m := NewMetrics(reg)
+	m.observeOperation("provision", "fast", resultSuccess, time.Second)
+	m.observeOperation("provision", "fast", resultSuccess, time.Second)
+	m.observeReschedule(RescheduleNoCapacity)
+	m.setCapacityObjects(6)
+	m.observeCapacityWrite("update", nil)
+	var nilMetrics *Metrics // records nothing, never panics
+	nilMetrics.observeOperation("delete", "x", resultError, 0)
+	nilMetrics.observeReschedule(RescheduleNoCapacity)
+	nilMetrics.setCapacityObjects(1)
+	nilMetrics.observeCapacityWrite("create", nil)
+	nilMetrics.observeSelectedToPV("x", 0)
+	want := `
+# HELP csi_topology_provisioner_capacity_objects [ALPHA] CSIStorageCapacity objects this provisioner publishes.
+# TYPE csi_topology_provisioner_capacity_objects gauge
+csi_topology_provisioner_capacity_objects 6
+# HELP csi_topology_provisioner_operations_total [ALPHA] Provision and delete operations by storage class and result (success, reschedule, in_background, retry, error).
+# TYPE csi_topology_provisioner_operations_total counter
+csi_topology_provisioner_operations_total{operation="provision",result="success",storage_class="fast"} 2
+# HELP csi_topology_provisioner_reschedules_total [ALPHA] Claims handed back to the scheduler (selected-node removed), by reason.
+# TYPE csi_topology_provisioner_reschedules_total counter
+csi_topology_provisioner_reschedules_total{reason="NoCapacity"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csi_topology_provisioner_operations_total",
+		"csi_topology_provisioner_reschedules_total", "csi_topology_provisioner_capacity_objects"); err != nil {
+		t.Error(err)
+	}
+}
