@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 )
 
@@ -41,7 +42,7 @@ type config struct {
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("csi-node-publisher", flag.ContinueOnError)
-	klog.InitFlags(fs)
+	logOpts := logging.AddFlags(fs)
 	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "Address of the CSI driver's node socket.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.StringVar(&c.publisher.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default: $NODE_NAME).")
@@ -53,6 +54,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 10, "Burst of the API client.")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := logOpts.Apply(); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -48,7 +49,7 @@ type config struct {
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("csi-provisioner", flag.ContinueOnError)
-	klog.InitFlags(fs)
+	logOpts := logging.AddFlags(fs)
 	p := &c.controller.Provisioner
 	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "Address of the CSI driver's controller socket.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
@@ -79,6 +80,9 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.capacityQPS, "capacity-qps", 5, "QPS of the capacity publisher's own API client.")
 	fs.IntVar(&c.capacityBurst, "capacity-burst", 10, "Burst of the capacity publisher's own API client.")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := logOpts.Apply(); err != nil {
 		return c, err
 	}
 	if c.capacity.Namespace == "" {

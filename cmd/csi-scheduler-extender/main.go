@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler/extender"
 )
@@ -43,7 +44,7 @@ type config struct {
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("csi-scheduler-extender", flag.ContinueOnError)
-	klog.InitFlags(fs)
+	logOpts := logging.AddFlags(fs)
 	fs.StringVar(&c.driver, "driver-name", "", "CSI driver (provisioner name) whose volumes are filtered. Required.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.StringVar(&c.listen, "listen", ":8888", "Address serving /filter, /prioritize, /healthz and /metrics.")
@@ -55,6 +56,9 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.ttl, "reservation-ttl", 5*time.Minute, "How long an observed selected-node reservation lives without its claim being bound.")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := logOpts.Apply(); err != nil {
 		return c, err
 	}
 	if c.showVersion {

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"maps"
+	"sort"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -34,6 +35,9 @@ type CreateRecord struct {
 	Result string `json:"result"`
 	// Segment is the created volume's segment (success only).
 	Segment map[string]string `json:"segment,omitempty"`
+	// SecretKeys are the keys of the request's secrets, sorted; their
+	// values are never recorded.
+	SecretKeys []string `json:"secretKeys,omitempty"`
 }
 
 // recordCreate remembers a CreateVolume request and its answer (fault or
@@ -47,6 +51,10 @@ func (d *Driver) recordCreate(ctx context.Context, req *csi.CreateVolumeRequest,
 		Parameters: maps.Clone(req.GetParameters()),
 		Code:       status.Code(err).String(),
 	}
+	for k := range req.GetSecrets() {
+		rec.SecretKeys = append(rec.SecretKeys, k)
+	}
+	sort.Strings(rec.SecretKeys)
 	if err != nil {
 		rec.Result = err.Error()
 	} else if r, ok := resp.(*csi.CreateVolumeResponse); ok {

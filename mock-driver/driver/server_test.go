@@ -2,7 +2,9 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -109,7 +111,7 @@ func TestFaultsOnEveryMethod(t *testing.T) {
 }
 
 // The gRPC server records CreateVolume requests, also those a fault
-// answered, without secrets.
+// answered, with the keys of their secrets but never the values.
 func TestCreateRecords(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	d, c := serve(t, func(c *Config) {
@@ -122,13 +124,16 @@ func TestCreateRecords(t *testing.T) {
 	}
 	want := []CreateRecord{
 		{Seq: 1, Name: "v", Requisite: []map[string]string{zone("z1"), zone("z2")}, Preferred: []map[string]string{zone("z2"), zone("z1")},
-			Parameters: map[string]string{"type": "fast"}, Code: "ResourceExhausted"},
+			Parameters: map[string]string{"type": "fast"}, Code: "ResourceExhausted", SecretKeys: []string{"password"}},
 		{Seq: 2, Name: "v", Requisite: []map[string]string{zone("z1"), zone("z2")}, Preferred: []map[string]string{zone("z2"), zone("z1")},
-			Parameters: map[string]string{"type": "fast"}, Code: "OK", Result: "vol-000001", Segment: zone("z2")}, // the rule retired
+			Parameters: map[string]string{"type": "fast"}, Code: "OK", Result: "vol-000001", Segment: zone("z2"), SecretKeys: []string{"password"}}, // the rule retired
 	}
 	if diff := cmp.Diff(want, d.Requests(), cmpopts.IgnoreFields(CreateRecord{}, "Time"),
 		cmpopts.IgnoreFields(CreateRecord{}, "Result"), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	if data, _ := json.Marshal(d.Requests()); strings.Contains(string(data), "hunter2") {
+		t.Errorf("records hold a secret value: %s", data)
 	}
 	if got := d.Requests()[1].Result; got != "vol-000001" {
 		t.Errorf("result of the second request %q, want the volume ID", got)

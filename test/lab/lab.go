@@ -68,6 +68,7 @@ type Lab struct {
 	provKubeconfig string
 	pubKubeconfig  string
 	provisioner    *controlplane.Process
+	controller     *controlplane.Process
 	provCount      int
 	publishers     map[string]*controlplane.Process
 	pubCount       int
@@ -160,12 +161,16 @@ func (l *Lab) startController() error {
 		return err
 	}
 	l.controllerSock = filepath.Join(l.socketDir, "controller.sock")
-	if _, err := l.Cluster.StartProcess("mock-driver-controller", filepath.Join(l.BinDir, "mock-driver"), []string{
+	// -v=5: every CSI request is logged (sanitized), which the log-secrecy
+	// test relies on.
+	ctrl, err := l.Cluster.StartProcess("mock-driver-controller", filepath.Join(l.BinDir, "mock-driver"), []string{
 		"--mode=controller", "--endpoint=unix://" + l.controllerSock, "--segments-file=" + segFile,
-		"--state-file=" + filepath.Join(l.Cluster.Dir, "mock-state.json"), "--admin-address=" + addr, "-v=2",
-	}, nil); err != nil {
+		"--state-file=" + filepath.Join(l.Cluster.Dir, "mock-state.json"), "--admin-address=" + addr, "-v=5",
+	}, nil)
+	if err != nil {
 		return err
 	}
+	l.controller = ctrl
 	l.AdminURL = "http://" + addr
 	return waitHTTP(l.AdminURL+"/healthz", 30*time.Second)
 }
@@ -290,16 +295,23 @@ func (l *Lab) Publisher(node string) *controlplane.Process { return l.publishers
 func (l *Lab) StartProvisioner(extra ...string) error {
 	l.StopProvisioner()
 	l.provCount++
-	args := append([]string{
-		"--csi-address=unix://" + l.controllerSock, "--kubeconfig=" + l.provKubeconfig,
-		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=3",
-	}, append(append([]string(nil), l.cfg.ProvisionerArgs...), extra...)...)
-	p, err := l.Cluster.StartProcess("csi-provisioner-"+strconv.Itoa(l.provCount), filepath.Join(l.BinDir, "csi-provisioner"), args, nil)
+	p, err := l.StartProvisionerReplica("csi-provisioner-"+strconv.Itoa(l.provCount), extra...)
 	if err != nil {
 		return err
 	}
 	l.provisioner = p
 	return nil
+}
+
+// StartProvisionerReplica starts one more csi-provisioner process named
+// name, with the lab's flags plus extra, under the provisioner's
+// ServiceAccount. The caller stops it (the cluster stops it at the end).
+func (l *Lab) StartProvisionerReplica(name string, extra ...string) (*controlplane.Process, error) {
+	args := append([]string{
+		"--csi-address=unix://" + l.controllerSock, "--kubeconfig=" + l.provKubeconfig,
+		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=3",
+	}, append(append([]string(nil), l.cfg.ProvisionerArgs...), extra...)...)
+	return l.Cluster.StartProcess(name, filepath.Join(l.BinDir, "csi-provisioner"), args, nil)
 }
 
 // StopProvisioner stops the running provisioner (SIGTERM).
@@ -309,6 +321,9 @@ func (l *Lab) StopProvisioner() {
 		l.provisioner = nil
 	}
 }
+
+// ControllerLogPath is the log file of the mock driver's controller.
+func (l *Lab) ControllerLogPath() string { return l.controller.LogPath() }
 
 // Provisioner returns the running provisioner process.
 func (l *Lab) Provisioner() *controlplane.Process { return l.provisioner }
@@ -385,3 +400,6 @@ func (l *Lab) admin(ctx context.Context, method, path string, in, out any) error
 	}
 	return nil
 }
+
+// FreeAddr returns a free 127.0.0.1:port.
+func FreeAddr() (string, error) { return freeAddr() }

@@ -131,3 +131,24 @@ func (l *Lab) waitSelected(t testing.TB, ctx context.Context, ns, name, node str
 		t.Fatalf("claim %s/%s never selected for %s: %v", ns, name, node, err)
 	}
 }
+
+// EnsureRoom makes sure every segment of zone has at least bytes free
+// (earlier tests may have filled it), and restores the capacities at
+// cleanup.
+func (l *Lab) EnsureRoom(t testing.TB, ctx context.Context, zone string, bytes int64) {
+	t.Helper()
+	segs, err := l.Segments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if s.Topology[ZoneKey] != zone || s.CapacityBytes < 0 || s.CapacityBytes-s.UsedBytes >= bytes {
+			continue
+		}
+		topo, old := s.Topology, s.CapacityBytes
+		if err := l.SetSegmentCapacity(ctx, topo, s.UsedBytes+bytes); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.SetSegmentCapacity(context.WithoutCancel(ctx), topo, old) })
+	}
+}

@@ -1,0 +1,353 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+)
+
+// scrape reads a Prometheus text endpoint.
+func scrape(t *testing.T, ctx context.Context, url string) testutil.Metrics {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scraping %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := testutil.NewMetrics()
+	if err := testutil.ParseMetrics(string(body), &m); err != nil {
+		t.Fatalf("parsing %s: %v", url, err)
+	}
+	return m
+}
+
+// value sums the samples of metric whose labels include want.
+func value(m testutil.Metrics, metric string, want map[string]string) float64 {
+	var sum float64
+	for _, s := range m[metric] {
+		labels := map[string]string{}
+		for k, v := range s.Metric {
+			labels[string(k)] = string(v)
+		}
+		ok := true
+		for k, v := range want {
+			if labels[k] != v {
+				ok = false
+			}
+		}
+		if ok {
+			sum += float64(s.Value)
+		}
+	}
+	return sum
+}
+
+func httpStatus(ctx context.Context, url string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Issue 6, metrics: after a known workload (3 delayed-binding claims, the
+// first CreateVolume refused with RESOURCE_EXHAUSTED, one claim deleted) the
+// provisioner's /metrics counts exactly that.
+func TestMetricsAfterWorkload(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	addr, err := lab.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartProvisioner("--http-endpoint="+addr, "--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=1h"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.StartProvisioner() })
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Code: "ResourceExhausted", Count: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
+	for i := 0; i < 3; i++ {
+		newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
+		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("data-%d", i)}})
+	}
+	var pv2 string
+	for i := 0; i < 3; i++ {
+		pv2 = waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i)).Name
+	}
+	zero := int64(0)
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "app-2", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "data-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().PersistentVolumes().Get(ctx, pv2, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("PV %s of the deleted claim not deleted: %v", pv2, err)
+	}
+
+	url := "http://" + addr + "/metrics"
+	var m testutil.Metrics
+	// The delete's metric is recorded right after the PV is gone; poll
+	// briefly for it rather than race it.
+	_ = env.Cluster.WaitFor(ctx, 10*time.Second, func(ctx context.Context) (bool, error) {
+		m = scrape(t, ctx, url)
+		return value(m, "csi_topology_provisioner_operations_total", map[string]string{"operation": "delete", "storage_class": class}) >= 1, nil
+	})
+	for _, c := range []struct {
+		metric string
+		labels map[string]string
+		want   float64
+	}{
+		{"csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "success"}, 3},
+		{"csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "reschedule"}, 1},
+		{"csi_topology_provisioner_operations_total", map[string]string{"operation": "delete", "storage_class": class, "result": "success"}, 1},
+		{"csi_topology_provisioner_operation_duration_seconds_count", map[string]string{"operation": "provision", "storage_class": class}, 4},
+		{"csi_topology_provisioner_reschedules_total", map[string]string{"reason": "NoCapacity"}, 1},
+		{"csi_topology_provisioner_selected_node_to_pv_seconds_count", map[string]string{"storage_class": class}, 3},
+		{"csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/CreateVolume", "grpc_status_code": "ResourceExhausted"}, 1},
+		{"csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/DeleteVolume", "grpc_status_code": "OK"}, 1},
+	} {
+		if got := value(m, c.metric, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
+		}
+	}
+	if got := value(m, "csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/CreateVolume", "grpc_status_code": "OK"}); got < 3 {
+		t.Errorf("CreateVolume OK calls = %v, want at least 3", got)
+	}
+	// One object per (segment, delayed-binding class of the driver): this
+	// test's class alone has one per segment of the lab.
+	segs, err := env.Segments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := value(m, "csi_topology_provisioner_capacity_objects", nil); got < float64(len(segs)) {
+		t.Errorf("capacity_objects = %v, want at least %d", got, len(segs))
+	}
+	if got := httpStatus(ctx, "http://"+addr+"/readyz"); got != http.StatusOK {
+		t.Errorf("/readyz without leader election = %d, want 200", got)
+	}
+}
+
+// Issue 6, leader election: two replicas, only the leader provisions; kill
+// -9 the leader and the other takes over once the lease runs out; every
+// claim is provisioned exactly once.
+func TestLeaderElectionFailover(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	const lease, retry = 4 * time.Second, 500 * time.Millisecond
+	env.StopProvisioner()
+	t.Cleanup(func() { _ = env.StartProvisioner() })
+	type replica struct {
+		p    *controlplane.Process
+		addr string
+	}
+	var replicas []replica
+	for i := 0; i < 2; i++ {
+		addr, err := lab.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := env.StartProvisionerReplica(fmt.Sprintf("csi-provisioner-replica-%d", i), "--http-endpoint="+addr,
+			"--leader-election", "--leader-election-namespace=csi-topology",
+			"--leader-election-lease-duration="+lease.String(), "--leader-election-renew-deadline=3s",
+			"--leader-election-retry-period="+retry.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop(15 * time.Second) })
+		replicas = append(replicas, replica{p, addr})
+	}
+	leader := -1
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		ready := 0
+		for i, r := range replicas {
+			if httpStatus(ctx, "http://"+r.addr+"/readyz") == http.StatusOK {
+				ready++
+				leader = i
+			}
+		}
+		return ready == 1, nil
+	}); err != nil {
+		t.Fatalf("no single leader: %v", err)
+	}
+	standby := 1 - leader
+	if got := httpStatus(ctx, "http://"+replicas[standby].addr+"/healthz"); got != http.StatusOK {
+		t.Errorf("standby /healthz = %d, want 200 (alive, just not leading)", got)
+	}
+
+	before, err := env.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	for i := 0; i < n/2; i++ {
+		newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
+		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("data-%d", i)}})
+	}
+	for i := 0; i < n/2; i++ {
+		waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
+	}
+	standbyMetrics := scrape(t, ctx, "http://"+replicas[standby].addr+"/metrics")
+	if got := value(standbyMetrics, "csi_topology_provisioner_operations_total", map[string]string{"operation": "provision"}); got != 0 {
+		t.Errorf("the standby provisioned %v times", got)
+	}
+
+	// Kill the leader; claims created now wait for the standby.
+	replicas[leader].p.Kill()
+	killed := time.Now()
+	for i := n / 2; i < n; i++ {
+		newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
+		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("data-%d", i)}})
+	}
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return httpStatus(ctx, "http://"+replicas[standby].addr+"/readyz") == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("the standby never took over: %v", err)
+	}
+	takeover := time.Since(killed)
+	t.Logf("takeover %s after kill -9 (lease %s, retry %s)", takeover.Round(10*time.Millisecond), lease, retry)
+	// The Lease expires lease after the leader's last renewal; the standby
+	// tries every retry period. Allow scheduling noise on a loaded machine.
+	if limit := lease + 2*retry + 3*time.Second; takeover > limit {
+		t.Errorf("takeover took %s, more than the lease allows (%s)", takeover, limit)
+	}
+	handles := map[string]bool{}
+	for i := 0; i < n; i++ {
+		pv := waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
+		if handles[pv.Spec.CSI.VolumeHandle] {
+			t.Errorf("volume %s bound twice", pv.Spec.CSI.VolumeHandle)
+		}
+		handles[pv.Spec.CSI.VolumeHandle] = true
+	}
+	after, err := env.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(after) - len(before); got != n {
+		t.Errorf("%d new volumes in the driver for %d claims: each claim must be provisioned exactly once", got, n)
+	}
+	newLeader := scrape(t, ctx, "http://"+replicas[standby].addr+"/metrics")
+	if got := value(newLeader, "csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "success"}); got != n/2 {
+		t.Errorf("the new leader provisioned %v claims, want %d", got, n/2)
+	}
+}
+
+// Issue 6, logs: the values of the Secrets a class names never reach the
+// logs of csi-provisioner (-v=5, text and JSON) or of the mock driver, through
+// a provision and a delete that send them to the driver.
+func TestSecretsNeverLogged(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	const secretValue = "s3cr3t-value-7f4e1c"
+	if _, err := client.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"password": secretValue, "token": secretValue + "-token"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			if err := env.StartProvisioner("-v=5", "--logging-format="+format); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.StartProvisioner() })
+			class := newClass(t, ctx, ns+"-"+format, classOpts{immediate: true})
+			sc, err := client.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Classes are immutable in parameters: make a new one with the
+			// secret keys of every kind the provisioner handles.
+			if err := client.StorageV1().StorageClasses().Delete(ctx, class, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			sc.ResourceVersion = ""
+			sc.Parameters = map[string]string{}
+			for _, kind := range []string{"provisioner", "controller-publish", "node-stage", "node-publish", "controller-expand", "node-expand"} {
+				sc.Parameters["csi.storage.k8s.io/"+kind+"-secret-name"] = "creds"
+				sc.Parameters["csi.storage.k8s.io/"+kind+"-secret-namespace"] = "${pvc.namespace}"
+			}
+			if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			newPVC(t, ctx, ns, "data-"+format, class)
+			pv := waitBound(t, ctx, ns, "data-"+format)
+			if pv.Annotations["volume.kubernetes.io/provisioner-deletion-secret-name"] != "creds" {
+				t.Errorf("PV does not record the deletion secret: %v", pv.Annotations)
+			}
+			if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "data-"+format, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+				_, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			}); err != nil {
+				t.Fatalf("PV %s not deleted: %v", pv.Name, err)
+			}
+			// The driver did receive the secret (so the logs had a chance to
+			// leak it).
+			reqs, err := env.CreateRequests(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sawSecret := false
+			for _, r := range reqs {
+				if r.Name == pv.Name && slices.Contains(r.SecretKeys, "password") {
+					sawSecret = true
+				}
+			}
+			if !sawSecret {
+				t.Errorf("CreateVolume for %s carried no secrets; the test proves nothing", pv.Name)
+			}
+			logPath := env.Provisioner().LogPath()
+			env.StopProvisioner() // flush
+			for _, f := range []string{logPath, env.ControllerLogPath()} {
+				data, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(string(data), pv.Name) {
+					t.Errorf("%s does not mention %s: not the log of this provision", f, pv.Name)
+				}
+				if strings.Contains(string(data), secretValue) {
+					t.Errorf("%s contains the secret value", f)
+				}
+				if format == "json" && f == logPath && !strings.HasPrefix(strings.TrimSpace(string(data)), "{") {
+					t.Errorf("%s is not JSON: %.200s", f, data)
+				}
+			}
+		})
+	}
+}
