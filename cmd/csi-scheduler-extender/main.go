@@ -96,10 +96,35 @@ func main() {
 	klog.Flush()
 }
 
-// requests counts answered requests by verb and HTTP code.
-type requests struct{ c *metrics.CounterVec }
+// extenderMetrics counts and times answered requests by verb and HTTP code,
+// and counts rejected nodes by reason.
+type extenderMetrics struct {
+	requests  *metrics.CounterVec
+	durations *metrics.HistogramVec
+	rejected  *metrics.CounterVec
+}
 
-func (r requests) Observe(verb string, code int) { r.c.WithLabelValues(verb, strconv.Itoa(code)).Inc() }
+func newExtenderMetrics(reg metrics.KubeRegistry) extenderMetrics {
+	m := extenderMetrics{
+		requests: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: "csi_scheduler_extender", Name: "requests_total",
+			Help: "Extender requests by verb and HTTP code."}, []string{"verb", "code"}),
+		durations: metrics.NewHistogramVec(&metrics.HistogramOpts{Subsystem: "csi_scheduler_extender", Name: "request_duration_seconds",
+			Help: "Time to answer a request, by verb.", Buckets: metrics.ExponentialBuckets(0.0001, 4, 10)}, []string{"verb"}),
+		rejected: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: "csi_scheduler_extender", Name: "rejected_nodes_total",
+			Help: "Nodes the filter rejected, by reason."}, []string{"reason"}),
+	}
+	reg.MustRegister(m.requests, m.durations, m.rejected)
+	return m
+}
+
+func (m extenderMetrics) Observe(verb string, code int, d time.Duration) {
+	m.requests.WithLabelValues(verb, strconv.Itoa(code)).Inc()
+	m.durations.WithLabelValues(verb).Observe(d.Seconds())
+}
+
+func (m extenderMetrics) Rejected(reason scheduler.Reason) {
+	m.rejected.WithLabelValues(string(reason)).Inc()
+}
 
 func run(ctx context.Context, cfg config) error {
 	logger := klog.FromContext(ctx)
@@ -126,11 +151,8 @@ func run(ctx context.Context, cfg config) error {
 	}
 
 	reg := metrics.NewKubeRegistry()
-	reqs := metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: "csi_scheduler_extender", Name: "requests_total",
-		Help: "Extender requests by verb and HTTP code."}, []string{"verb", "code"})
-	reg.MustRegister(reqs)
 	mux := http.NewServeMux()
-	extender.New(core, factory.Core().V1().Nodes().Lister(), logger, requests{reqs}).Register(mux)
+	extender.New(core, factory.Core().V1().Nodes().Lister(), logger, newExtenderMetrics(reg)).Register(mux)
 	mux.Handle("/metrics", metrics.HandlerFor(reg, metrics.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	srv := &http.Server{Addr: cfg.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}

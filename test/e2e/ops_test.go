@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -24,46 +23,14 @@ import (
 // scrape reads a Prometheus text endpoint.
 func scrape(t *testing.T, ctx context.Context, url string) testutil.Metrics {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	m, err := lab.Scrape(ctx, url)
 	if err != nil {
 		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("scraping %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := testutil.NewMetrics()
-	if err := testutil.ParseMetrics(string(body), &m); err != nil {
-		t.Fatalf("parsing %s: %v", url, err)
 	}
 	return m
 }
 
-// value sums the samples of metric whose labels include want.
-func value(m testutil.Metrics, metric string, want map[string]string) float64 {
-	var sum float64
-	for _, s := range m[metric] {
-		labels := map[string]string{}
-		for k, v := range s.Metric {
-			labels[string(k)] = string(v)
-		}
-		ok := true
-		for k, v := range want {
-			if labels[k] != v {
-				ok = false
-			}
-		}
-		if ok {
-			sum += float64(s.Value)
-		}
-	}
-	return sum
-}
+var value = lab.MetricValue
 
 func httpStatus(ctx context.Context, url string) int {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

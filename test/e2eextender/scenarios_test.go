@@ -50,6 +50,20 @@ func TestExtenderFiltersNodeWithoutDriver(t *testing.T) {
 			t.Errorf("app-%d placed on the node without the driver", i)
 		}
 	}
+	// The extender's own metrics count what it did.
+	m, err := lab.Scrape(ctx, "http://"+addr+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lab.MetricValue(m, "csi_scheduler_extender_rejected_nodes_total", map[string]string{"reason": "CSIDriverNotRegistered"}); got < 3 {
+		t.Errorf("rejected_nodes_total{CSIDriverNotRegistered} = %v, want at least 3 (one per pod)", got)
+	}
+	if got := lab.MetricValue(m, "csi_scheduler_extender_requests_total", map[string]string{"verb": "filter", "code": "200"}); got < 3 {
+		t.Errorf("requests_total{filter,200} = %v, want at least 3", got)
+	}
+	if got := lab.MetricValue(m, "csi_scheduler_extender_request_duration_seconds_count", map[string]string{"verb": "filter"}); got < 3 {
+		t.Errorf("request_duration_seconds_count{filter} = %v, want at least 3", got)
+	}
 }
 
 // Issue 5, scenario 5: with `ignorable: true`, pods are still scheduled

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -32,7 +33,11 @@ type Core interface {
 
 // Observer is told about each answered request, for metrics; may be nil.
 type Observer interface {
-	Observe(verb string, code int)
+	// Observe records an answered request: its verb, HTTP code and how long
+	// it took.
+	Observe(verb string, code int, d time.Duration)
+	// Rejected records a node the filter rejected, by reason.
+	Rejected(reason scheduler.Reason)
 }
 
 // Server is the extender's HTTP handler.
@@ -54,14 +59,20 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /prioritize", s.prioritize)
 }
 
-func (s *Server) observe(verb string, code int) {
+func (s *Server) observe(verb string, code int, start time.Time) {
 	if s.observer != nil {
-		s.observer.Observe(verb, code)
+		s.observer.Observe(verb, code, time.Since(start))
+	}
+}
+
+func (s *Server) rejected(reason scheduler.Reason) {
+	if s.observer != nil {
+		s.observer.Rejected(reason)
 	}
 }
 
 // readArgs decodes a bounded ExtenderArgs body; a malformed one is a 400.
-func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, verb string) (*extenderv1.ExtenderArgs, bool) {
+func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, verb string, start time.Time) (*extenderv1.ExtenderArgs, bool) {
 	var args extenderv1.ExtenderArgs
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	err := dec.Decode(&args)
@@ -80,7 +91,7 @@ func (s *Server) readArgs(w http.ResponseWriter, r *http.Request, verb string) (
 			code = http.StatusRequestEntityTooLarge
 		}
 		http.Error(w, fmt.Sprintf("malformed %s request: %v", verb, err), code)
-		s.observe(verb, code)
+		s.observe(verb, code, start)
 		return nil, false
 	}
 	return &args, true
@@ -101,7 +112,8 @@ func nodeNames(args *extenderv1.ExtenderArgs) []string {
 }
 
 func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
-	args, ok := s.readArgs(w, r, "filter")
+	start := time.Now()
+	args, ok := s.readArgs(w, r, "filter", start)
 	if !ok {
 		return
 	}
@@ -130,8 +142,10 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 				fits = append(fits, name)
 			case st.Unresolvable:
 				res.FailedAndUnresolvableNodes[name] = st.String()
+				s.rejected(st.Reason)
 			default:
 				res.FailedNodes[name] = st.String()
+				s.rejected(st.Reason)
 			}
 		}
 		res.NodeNames = &fits
@@ -139,11 +153,12 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 			"failed", len(res.FailedNodes), "unresolvable", len(res.FailedAndUnresolvableNodes))
 	}
 	writeJSON(w, res)
-	s.observe("filter", http.StatusOK)
+	s.observe("filter", http.StatusOK, start)
 }
 
 func (s *Server) prioritize(w http.ResponseWriter, r *http.Request) {
-	args, ok := s.readArgs(w, r, "prioritize")
+	start := time.Now()
+	args, ok := s.readArgs(w, r, "prioritize", start)
 	if !ok {
 		return
 	}
@@ -160,7 +175,7 @@ func (s *Server) prioritize(w http.ResponseWriter, r *http.Request) {
 		list = append(list, extenderv1.HostPriority{Host: name, Score: score})
 	}
 	writeJSON(w, list)
-	s.observe("prioritize", http.StatusOK)
+	s.observe("prioritize", http.StatusOK, start)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
