@@ -78,6 +78,9 @@ func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (
 	return c, nil
 }
 
+// IgnoreCapacity turns the capacity filter and score off. Call before use.
+func (c *Core) IgnoreCapacity() { c.l.Capacities = nil }
+
 // Ledger returns the reservations in flight.
 func (c *Core) Ledger() *Ledger { return c.ledger }
 

@@ -342,3 +342,25 @@ func BenchmarkFilter(b *testing.B) {
 }
 
 func topologySegment(zone string) string { return zoneKey + "=" + zone }
+
+func TestIgnoreCapacity(t *testing.T) {
+	w := newWorld(t)
+	withCounterIndexes(t, w)
+	w.add(t, w.classes, class("fast"))
+	w.add(t, w.nodes, node("n1", "z1"))
+	w.add(t, w.csiNodes, csiNode("n1", nil, driver))
+	w.add(t, w.capacities, capacity("fast", "z1", gi))
+	w.add(t, w.claims, claim("a", "fast", 16*gi))
+	c := w.core(t, nil)
+	a, _ := c.PodVolumes(pod("pa", "a"))
+	if st := c.Filter(a, node("n1", "z1")); st == nil || st.Reason != ReasonInsufficientCapacity {
+		t.Fatalf("16 GiB in a 1 GiB segment: %v, want InsufficientCapacity", st)
+	}
+	c.IgnoreCapacity()
+	if st := c.Filter(a, node("n1", "z1")); st != nil {
+		t.Errorf("with capacity ignored: %v", st)
+	}
+	if s := c.Score(a, node("n1", "z1")); s != 0 {
+		t.Errorf("score with capacity ignored = %d, want 0", s)
+	}
+}

@@ -14,11 +14,13 @@ import (
 type ClaimObservation int
 
 const (
-	// ReleaseOnly releases a claim's reservation when it binds, loses its
-	// selected node or is deleted (the plugin reserves at Reserve).
+	// ReleaseOnly ends a claim's reservation when it binds, loses its
+	// selected node or is deleted, and reserves nothing itself: only a
+	// front end's Reserve does.
 	ReleaseOnly ClaimObservation = iota
-	// ReserveSelected also reserves claims that get a selected node (the
-	// extender never sees Reserve).
+	// ReserveSelected also reserves claims that have a selected node: the
+	// extender never sees Reserve, and the plugin needs it for claims
+	// selected before a restart or by another scheduler.
 	ReserveSelected
 )
 

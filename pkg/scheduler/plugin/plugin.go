@@ -31,6 +31,9 @@ type Args struct {
 	DriverName string `json:"driverName"`
 	// ReservationTTL bounds a reservation whose claim never binds; default 5m.
 	ReservationTTL metav1.Duration `json:"reservationTTL,omitempty"`
+	// Capacity turns the capacity filter and score on (default) or off
+	// (e.g. a driver without GET_CAPACITY, or capacity left to VolumeBinding).
+	Capacity *bool `json:"capacity,omitempty"`
 }
 
 // Plugin is the framework plugin. Safe for concurrent use.
@@ -76,9 +79,12 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if ttl <= 0 {
 		ttl = 5 * time.Minute
 	}
-	core, err := scheduler.NewFromInformers(args.DriverName, ttl, h.SharedInformerFactory(), scheduler.ReleaseOnly)
+	core, err := scheduler.NewFromInformers(args.DriverName, ttl, h.SharedInformerFactory(), scheduler.ReserveSelected)
 	if err != nil {
 		return nil, err
+	}
+	if args.Capacity != nil && !*args.Capacity {
+		core.IgnoreCapacity()
 	}
 	klog.FromContext(ctx).Info("CSITopology plugin ready", "driver", args.DriverName)
 	return &Plugin{core: core, handle: h}, nil

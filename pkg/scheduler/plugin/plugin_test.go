@@ -45,6 +45,9 @@ func TestDecodeArgs(t *testing.T) {
 	if a, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{"driverName":"d","reservationTTL":"2m"}`)}); err != nil || a.DriverName != "d" || a.ReservationTTL.Minutes() != 2 {
 		t.Errorf("DecodeArgs = %+v, %v", a, err)
 	}
+	if a, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{"driverName":"d","capacity":false}`)}); err != nil || a.Capacity == nil || *a.Capacity {
+		t.Errorf("DecodeArgs with capacity off = %+v, %v", a, err)
+	}
 	for _, bad := range []runtime.Object{nil, &runtime.Unknown{Raw: []byte(`{`)}, &runtime.Unknown{Raw: []byte(`{}`)}} {
 		if _, err := DecodeArgs(bad); err == nil {
 			t.Errorf("DecodeArgs(%v) accepted", bad)
