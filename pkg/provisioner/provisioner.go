@@ -129,7 +129,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	if err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
-	var decision string
+	decision := "driver without topology support, no requirements"
 	if p.cfg.SupportsTopology {
 		reqs, err := p.requirements(opts, selectedNode)
 		if err != nil {

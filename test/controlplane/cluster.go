@@ -245,6 +245,26 @@ func (c *Cluster) StopScheduler() {
 	}
 }
 
+// SetSchedulerConfig replaces the scheduler's KubeSchedulerConfiguration
+// ({{KUBECONFIG}} as in Options.SchedulerConfig) for the next
+// StartScheduler.
+func (c *Cluster) SetSchedulerConfig(config string) error {
+	path := filepath.Join(c.Dir, fmt.Sprintf("scheduler-config-%d.yaml", c.schedRestarts+1))
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(config, "{{KUBECONFIG}}", c.Kubeconfig)), 0o600); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	args := []string{}
+	for _, a := range c.schedArgs {
+		if !strings.HasPrefix(a, "--config=") {
+			args = append(args, a)
+		}
+	}
+	c.schedArgs = append(args, "--config="+path)
+	return nil
+}
+
 // StartScheduler starts the scheduler after StopScheduler; its log is
 // kube-scheduler-<n>.log.
 func (c *Cluster) StartScheduler(ctx context.Context) error {

@@ -29,7 +29,7 @@ extenders:
     prioritizeVerb: prioritize
     weight: 5
     nodeCacheCapable: true
-    ignorable: true
+    ignorable: %t
     httpTimeout: 5s
 `
 
@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 	}
 	addr = ln.Addr().String()
 	ln.Close()
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{SchedulerConfig: fmt.Sprintf(schedulerConfig, addr)},
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{SchedulerConfig: fmt.Sprintf(schedulerConfig, addr, true)},
 		func(ctx context.Context, c *controlplane.Cluster) error {
 			var err error
 			if env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2"}, NodesPerZone: 2, CapacityBytes: 100 << 30}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
@@ -77,5 +78,60 @@ func TestExtenderDownIgnorable(t *testing.T) {
 		}
 	})
 	claimAndPod(t, ctx, ns, "app", "node-z2-a")
+	waitBoundNode(t, ctx, ns, "app")
+}
+
+// Issue 5, scenario 5, the other setting: with `ignorable: false`, a pod
+// with a delayed-binding volume waits while the extender is down, with the
+// scheduler's error on its condition, and is scheduled once it is back.
+func TestExtenderDownNotIgnorable(t *testing.T) {
+	ctx, ns := setup(t)
+	restart := func(ctx context.Context, ignorable bool) error {
+		if err := env.Cluster.SetSchedulerConfig(fmt.Sprintf(schedulerConfig, addr, ignorable)); err != nil {
+			return err
+		}
+		env.Cluster.StopScheduler()
+		return env.Cluster.StartScheduler(ctx)
+	}
+	if err := restart(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := restart(context.WithoutCancel(ctx), true); err != nil {
+			t.Errorf("restoring the scheduler: %v", err)
+		}
+	})
+	extender.Stop(15 * time.Second)
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = startExtender(context.WithoutCancel(ctx))
+		}
+	})
+	claimAndPod(t, ctx, ns, "app", "node-z2-a")
+	var message string
+	if err := env.Cluster.WaitFor(ctx, lab.WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		pod, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if pod.Spec.NodeName != "" {
+			return false, fmt.Errorf("pod scheduled to %s while the non-ignorable extender is down", pod.Spec.NodeName)
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+				message = c.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("pod not held back: %v", err)
+	}
+	t.Logf("while the extender is down: %s", message)
+	if err := startExtender(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
 	waitBoundNode(t, ctx, ns, "app")
 }

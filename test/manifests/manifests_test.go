@@ -8,12 +8,14 @@ package manifests
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/klog/v2/ktesting"
@@ -194,5 +196,60 @@ func TestSchedulerConfigSnippet(t *testing.T) {
 	cfg := validateSchedulerConfig(t, f, data)
 	if len(cfg.Extenders) != 1 || !cfg.Extenders[0].NodeCacheCapable || cfg.Extenders[0].FilterVerb != "filter" {
 		t.Errorf("extender snippet: %+v", cfg.Extenders)
+	}
+}
+
+// TestKindMatchesMockOverlay checks the quick start's two halves agree: kind
+// names the workers <cluster>-worker, -worker2, ...; the mock overlay maps
+// exactly those names to zones, and each worker's zone label matches.
+func TestKindMatchesMockOverlay(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(cluster.RepoRoot, "deploy", "kind", "cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kind struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Name       string `json:"name"`
+		Nodes      []struct {
+			Role   string            `json:"role"`
+			Labels map[string]string `json:"labels"`
+		} `json:"nodes"`
+	}
+	if err := yaml.UnmarshalStrict(data, &kind); err != nil {
+		t.Fatalf("deploy/kind/cluster.yaml: %v", err)
+	}
+	if kind.Kind != "Cluster" || kind.APIVersion != "kind.x-k8s.io/v1alpha4" || kind.Name == "" {
+		t.Fatalf("deploy/kind/cluster.yaml: kind %q name %q", kind.Kind, kind.Name)
+	}
+	wantZones := map[string]string{}
+	workers := 0
+	for _, n := range kind.Nodes {
+		if n.Role != "worker" {
+			continue
+		}
+		workers++
+		name := kind.Name + "-worker"
+		if workers > 1 {
+			name += fmt.Sprint(workers)
+		}
+		wantZones[name] = n.Labels["topology.kubernetes.io/zone"]
+	}
+	var table string
+	for _, o := range render(t, "deploy/kubernetes/overlays/mock") {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "mock-driver-config" {
+			table, _, _ = unstructured.NestedString(o.Object, "data", "node-topology.yaml")
+		}
+	}
+	var mapping map[string]map[string]string
+	if err := yaml.UnmarshalStrict([]byte(table), &mapping); err != nil {
+		t.Fatalf("node-topology.yaml of the mock overlay: %v", err)
+	}
+	got := map[string]string{}
+	for node, seg := range mapping {
+		got[node] = seg["zone"]
+	}
+	if diff := cmp.Diff(wantZones, got); diff != "" || workers != 3 {
+		t.Errorf("kind workers (%d) and their zone labels vs the mock overlay's node-topology.yaml (-kind +overlay):\n%s", workers, diff)
 	}
 }
