@@ -126,7 +126,28 @@ func TestStockBurstOvercommits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no claim was sent back: the stock scheduler did not overcommit z1: %v", err)
 	}
-	t.Logf("reschedules with the stock scheduler: %d", rescheduleEvents(ctx, ns))
+	// Count what the overcommit cost: CreateVolume calls refused for lack of
+	// room, and claims sent back (ours: zero of both, test/e2eplugin).
+	reqs, err := env.CreateRequests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[string]bool{}
+	for _, c := range claims.Items {
+		ours["pvc-"+string(c.UID)] = true // the CSI volume name (--volume-name-prefix=pvc)
+	}
+	exhausted := 0
+	for _, r := range reqs {
+		if r.Code == "ResourceExhausted" && ours[r.Name] {
+			exhausted++
+		}
+	}
+	t.Logf("stock scheduler, %d pods x 10 Gi preferring z1 (60 Gi free): %d CreateVolume RESOURCE_EXHAUSTED, %d reschedule Events",
+		n, exhausted, rescheduleEvents(ctx, ns))
 }
 
 // Issue 5, scenario 3, stock side (test/e2eplugin runs ours): the stock
