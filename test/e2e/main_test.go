@@ -273,3 +273,25 @@ func deletePod(t *testing.T, ctx context.Context, ns, name string) {
 		t.Fatalf("pod %s not deleted: %v", name, err)
 	}
 }
+
+// waitExactlyOnce waits until the claims data-0 .. data-<n-1> of ns are
+// Bound, each to its own volume, and checks the driver has exactly n more
+// volumes than before: every claim provisioned once, nothing leaked.
+func waitExactlyOnce(t *testing.T, ctx context.Context, ns string, n, before int) {
+	t.Helper()
+	handles := map[string]bool{}
+	for i := 0; i < n; i++ {
+		pv := waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
+		if handles[pv.Spec.CSI.VolumeHandle] {
+			t.Errorf("volume %s bound twice", pv.Spec.CSI.VolumeHandle)
+		}
+		handles[pv.Spec.CSI.VolumeHandle] = true
+	}
+	after, err := env.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != before+n {
+		t.Errorf("driver volumes %d -> %d, want exactly %d new (no duplicates, no orphans)", before, len(after), n)
+	}
+}

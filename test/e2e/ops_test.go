@@ -211,21 +211,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	if limit := lease + 2*retry + 3*time.Second; takeover > limit {
 		t.Errorf("takeover took %s, more than the lease allows (%s)", takeover, limit)
 	}
-	handles := map[string]bool{}
-	for i := 0; i < n; i++ {
-		pv := waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
-		if handles[pv.Spec.CSI.VolumeHandle] {
-			t.Errorf("volume %s bound twice", pv.Spec.CSI.VolumeHandle)
-		}
-		handles[pv.Spec.CSI.VolumeHandle] = true
-	}
-	after, err := env.Volumes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := len(after) - len(before); got != n {
-		t.Errorf("%d new volumes in the driver for %d claims: each claim must be provisioned exactly once", got, n)
-	}
+	waitExactlyOnce(t, ctx, ns, n, len(before))
 	newLeader := scrape(t, ctx, "http://"+replicas[standby].addr+"/metrics")
 	if got := value(newLeader, "csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "success"}); got != n/2 {
 		t.Errorf("the new leader provisioned %v claims, want %d", got, n/2)

@@ -466,19 +466,5 @@ func TestProvisionerCrash(t *testing.T) {
 		}
 		_ = env.StartProvisioner()
 	})
-	handles := map[string]bool{}
-	for i := 0; i < n; i++ {
-		pv := waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
-		if handles[pv.Spec.CSI.VolumeHandle] {
-			t.Errorf("volume %s bound twice", pv.Spec.CSI.VolumeHandle)
-		}
-		handles[pv.Spec.CSI.VolumeHandle] = true
-	}
-	after, err := env.Volumes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(after) != len(before)+n {
-		t.Errorf("driver volumes %d -> %d, want exactly %d new (no duplicates, no orphans)", len(before), len(after), n)
-	}
+	waitExactlyOnce(t, ctx, ns, n, len(before))
 }
