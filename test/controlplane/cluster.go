@@ -60,11 +60,12 @@ type Cluster struct {
 	procs   []*Process
 	stopped bool
 	// the scheduler's command line, for RestartScheduler.
-	sched         *Process
-	schedBinary   string
-	schedArgs     []string
-	schedPort     int
-	schedRestarts int
+	sched           *Process
+	schedBinary     string
+	schedArgs       []string
+	schedPort       int
+	schedRestarts   int
+	schedKubeconfig string
 }
 
 func freePorts(n int) ([]int, error) {
@@ -247,22 +248,50 @@ func (c *Cluster) StopScheduler() {
 
 // SetSchedulerConfig replaces the scheduler's KubeSchedulerConfiguration
 // ({{KUBECONFIG}} as in Options.SchedulerConfig) for the next
-// StartScheduler.
+// StartScheduler; its leaderElection then applies (say leaderElect: false
+// to keep it off).
 func (c *Cluster) SetSchedulerConfig(config string) error {
 	path := filepath.Join(c.Dir, fmt.Sprintf("scheduler-config-%d.yaml", c.schedRestarts+1))
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(config, "{{KUBECONFIG}}", c.Kubeconfig)), 0o600); err != nil {
+	c.mu.Lock()
+	kubeconfig := c.schedKubeconfig
+	c.mu.Unlock()
+	if kubeconfig == "" {
+		kubeconfig = c.Kubeconfig
+	}
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(config, "{{KUBECONFIG}}", kubeconfig)), 0o600); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The file decides everything it sets: kube-scheduler lets an explicit
+	// --leader-elect override the file's leaderElection, so drop it.
 	args := []string{}
 	for _, a := range c.schedArgs {
-		if !strings.HasPrefix(a, "--config=") {
+		if !strings.HasPrefix(a, "--config=") && !strings.HasPrefix(a, "--leader-elect=") {
 			args = append(args, a)
 		}
 	}
 	c.schedArgs = append(args, "--config="+path)
 	return nil
+}
+
+// SetSchedulerCredentials makes the next StartScheduler use kubeconfig for
+// its API client and its delegated authentication and authorization
+// (--kubeconfig, --authentication-kubeconfig, --authorization-kubeconfig),
+// e.g. a ServiceAccount's, so it runs under that account's RBAC. A
+// configuration file's clientConnection.kubeconfig must name it too
+// ({{KUBECONFIG}} is replaced by it in SetSchedulerConfig afterwards).
+func (c *Cluster) SetSchedulerCredentials(kubeconfig string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.schedKubeconfig = kubeconfig
+	for i, a := range c.schedArgs {
+		for _, flag := range []string{"--kubeconfig=", "--authentication-kubeconfig=", "--authorization-kubeconfig="} {
+			if strings.HasPrefix(a, flag) {
+				c.schedArgs[i] = flag + kubeconfig
+			}
+		}
+	}
 }
 
 // StartScheduler starts the scheduler after StopScheduler; its log is

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -24,6 +26,34 @@ clientConnection:
   kubeconfig: "{{KUBECONFIG}}"
 leaderElection:
   leaderElect: false
+profiles:
+  - schedulerName: default-scheduler
+    plugins:
+      preFilter: {enabled: [{name: CSITopology}]}
+      filter: {enabled: [{name: CSITopology}]}
+      preScore: {enabled: [{name: CSITopology}]}
+      score: {enabled: [{name: CSITopology, weight: 3}]}
+      reserve: {enabled: [{name: CSITopology}]}
+    pluginConfig:
+      - name: CSITopology
+        args: {driverName: mock.csi.example.com}
+`
+
+// serviceAccountConfig is schedulerConfig for csi-topology-scheduler running
+// under its ServiceAccount with the RBAC of
+// deploy/kubernetes/components/scheduler-plugin, with leader election on
+// the Lease that RBAC grants.
+const serviceAccountConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: "{{KUBECONFIG}}"
+leaderElection:
+  leaderElect: true
+  resourceName: csi-topology-scheduler
+  resourceNamespace: csi-topology
+  leaseDuration: 4s
+  renewDeadline: 3s
+  retryPeriod: 500ms
 profiles:
   - schedulerName: default-scheduler
     plugins:
@@ -76,6 +106,36 @@ func run(m *testing.M) int {
 			ProvisionerArgs: []string{"--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=3s"},
 		})
 		client = c.Client
+		if err != nil {
+			return err
+		}
+		return runSchedulerAsServiceAccount(ctx, c)
+	})
+}
+
+// runSchedulerAsServiceAccount restarts csi-topology-scheduler under its
+// ServiceAccount and the RBAC file deploy/ ships, so every test of this
+// package runs it with exactly those rules.
+func runSchedulerAsServiceAccount(ctx context.Context, c *controlplane.Cluster) error {
+	rbac := filepath.Join(c.RepoRoot, "deploy", "kubernetes", "components", "scheduler-plugin", "rbac.yaml")
+	if err := c.ApplyFile(ctx, rbac, false); err != nil {
 		return err
+	}
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-topology-scheduler")
+	if err != nil {
+		return err
+	}
+	c.SetSchedulerCredentials(kubeconfig)
+	if err := c.SetSchedulerConfig(serviceAccountConfig); err != nil {
+		return err
+	}
+	c.StopScheduler()
+	if err := c.StartScheduler(ctx); err != nil {
+		return err
+	}
+	// It holds its Lease: its leader election works under these rules.
+	return c.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.CoordinationV1().Leases("csi-topology").Get(ctx, "csi-topology-scheduler", metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
 	})
 }
