@@ -61,7 +61,10 @@ type CapacityPublisher struct {
 	classes    storagelisters.StorageClassLister
 	capacities storagelisters.CSIStorageCapacityLister
 	touched    chan string
-	metrics    *Metrics
+	// resync asks for a full sync (a class came or went); one pending
+	// request stands for any number.
+	resync  chan struct{}
+	metrics *Metrics
 }
 
 // NewCapacityPublisher returns a CapacityPublisher; capacities lists the
@@ -75,7 +78,7 @@ func NewCapacityPublisher(cfg CapacityConfig, client kubernetes.Interface, csiCl
 		cfg.Timeout = 10 * time.Second
 	}
 	return &CapacityPublisher{cfg: cfg, client: client, csi: csiClient, index: index, classes: classes,
-		capacities: capacities, touched: make(chan string, 64)}
+		capacities: capacities, touched: make(chan string, 64), resync: make(chan struct{}, 1)}
 }
 
 // Touch asks for the segments of a volume's accessible topology to be
@@ -86,6 +89,24 @@ func (p *CapacityPublisher) Touch(topologies []*csi.Topology) {
 		case p.touched <- topology.Segment(t.GetSegments()).String():
 		default: // a refresh is already pending; the poll catches the rest
 		}
+	}
+}
+
+// TouchSegment asks for one segment's objects to be made or refreshed soon
+// (a segment appeared); it never blocks.
+func (p *CapacityPublisher) TouchSegment(segment string) {
+	select {
+	case p.touched <- segment:
+	default:
+	}
+}
+
+// TouchAll asks for a full sync soon (a class of the driver came, changed or
+// went); it never blocks, and requests made before the sync runs collapse.
+func (p *CapacityPublisher) TouchAll() {
+	select {
+	case p.resync <- struct{}{}:
+	default:
 	}
 }
 
@@ -110,8 +131,8 @@ func (p *CapacityPublisher) Refresh(ctx context.Context, topologies []*csi.Topol
 	return versions, nil
 }
 
-// Run syncs every object now, then every PollInterval and for touched
-// segments, until ctx is done.
+// Run syncs every object now, then every PollInterval, on TouchAll, and for
+// touched segments, until ctx is done.
 func (p *CapacityPublisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(p.cfg.PollInterval)
@@ -129,6 +150,7 @@ func (p *CapacityPublisher) Run(ctx context.Context) {
 				logger.Error(err, "Refreshing storage capacity", "segment", seg)
 			}
 			continue
+		case <-p.resync:
 		}
 	}
 }

@@ -141,3 +141,58 @@ func TestCapacityPublisher(t *testing.T) {
 }
 
 func labelsEverything() labels.Selector { return labels.Everything() }
+
+// A segment that appears and a class that is added get their objects at
+// once, without waiting for the poll (an hour here).
+func TestCapacityPublisherReactsToNewSegmentsAndClasses(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	_, csiClient := startMock(t, ctx, nil)
+	client := fake.NewClientset(makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	index := topology.NewIndex(testDriver)
+	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewCapacityPublisher(CapacityConfig{DriverName: testDriver, Namespace: "csi", PollInterval: time.Hour},
+		client, csiClient, index, factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
+	index.OnNewSegment(func(s topology.Segment) { p.TouchSegment(s.String()) })
+	if _, err := factory.Storage().V1().StorageClasses().Informer().AddEventHandler(classHandler(testDriver, p.TouchAll)); err != nil {
+		t.Fatal(err)
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory.Start(ictx.Done())
+	factory.WaitForCacheSync(ictx.Done())
+	cache.WaitForCacheSync(ictx.Done(), synced...)
+	go p.Run(ictx)
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return cond(), nil
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	waitFor("initial objects", func() bool { return len(capacities(t, ctx, client, "wffc")) == 1 })
+	if _, err := client.CoreV1().Nodes().Create(ctx, makeNode("n2", "z2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.StorageV1().CSINodes().Create(ctx, makeCSINode("n2", zoneKey), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("object of the new segment z2", func() bool { return capacities(t, ctx, client, "wffc")["z2"] == 10*gi })
+	other := makeClass("other-driver")
+	other.Provisioner = "other.example.com"
+	if _, err := client.StorageV1().StorageClasses().Create(ctx, other.StorageClass, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.StorageV1().StorageClasses().Create(ctx, makeClass("wffc2").StorageClass, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("objects of the new class", func() bool { return len(capacities(t, ctx, client, "wffc2")) == 2 })
+	if got := capacities(t, ctx, client, "other-driver"); len(got) != 0 {
+		t.Errorf("objects for another driver's class: %v", got)
+	}
+}

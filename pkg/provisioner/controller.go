@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -153,6 +154,13 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if capacity != nil {
 		capacity.metrics = deps.Metrics
 		deps.Capacity = capacity
+		// New segments and classes get their objects at once, not at the
+		// next poll: with CSIDriver.storageCapacity, a segment without an
+		// object has no room as far as kube-scheduler is concerned.
+		index.OnNewSegment(func(s topology.Segment) { capacity.TouchSegment(s.String()) })
+		if _, err := classes.AddEventHandler(classHandler(cfg.Provisioner.DriverName, capacity.TouchAll)); err != nil {
+			return nil, fmt.Errorf("watching storage classes: %w", err)
+		}
 	}
 	if _, err := claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
 		return nil, fmt.Errorf("watching claims: %w", err)
@@ -231,6 +239,35 @@ func (c *Controller) Run(ctx context.Context) error {
 // leader-election Lease (or runs without leader election) and its caches
 // have synced. Serve it as /readyz.
 func (c *Controller) Leading() bool { return c.leading.Load() }
+
+// classHandler calls resync when a class of driver is added, changed or
+// deleted.
+func classHandler(driver string, resync func()) cache.ResourceEventHandler {
+	ours := func(obj any) bool {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		c, ok := obj.(*storagev1.StorageClass)
+		return ok && c.Provisioner == driver
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if ours(obj) {
+				resync()
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if ours(old) || ours(obj) {
+				resync()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if ours(obj) {
+				resync()
+			}
+		},
+	}
+}
 
 // selectionHandler feeds claim events to the selection clock.
 func selectionHandler(clock *SelectionClock) cache.ResourceEventHandler {

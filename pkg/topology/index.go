@@ -30,6 +30,10 @@ type Index struct {
 	contrib map[string]contribution
 	// sets holds the segments per key set.
 	sets map[string]*segmentSet
+	// onNew is told of each segment that appears; fresh collects them
+	// under mu until the lock is released.
+	onNew func(Segment)
+	fresh []Segment
 }
 
 type contribution struct {
@@ -55,41 +59,65 @@ func NewIndex(driver string) *Index {
 	}
 }
 
-// UpsertNode records a node's labels (on add and update).
-func (i *Index) UpsertNode(node *v1.Node) {
+// OnNewSegment registers f, called with each segment that appears (the
+// first node to form it), outside the index's lock and on the goroutine that
+// fed the event. Register before feeding events; f must not block.
+func (i *Index) OnNewSegment(f func(Segment)) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.labels[node.Name] = node.Labels
-	i.recompute(node.Name)
+	i.onNew = f
+}
+
+// update runs change under the lock, then tells onNew of the segments it
+// made appear.
+func (i *Index) update(change func()) {
+	i.mu.Lock()
+	change()
+	fresh, onNew := i.fresh, i.onNew
+	i.fresh = nil
+	i.mu.Unlock()
+	if onNew != nil {
+		for _, s := range fresh {
+			onNew(s)
+		}
+	}
+}
+
+// UpsertNode records a node's labels (on add and update).
+func (i *Index) UpsertNode(node *v1.Node) {
+	i.update(func() {
+		i.labels[node.Name] = node.Labels
+		i.recompute(node.Name)
+	})
 }
 
 // DeleteNode forgets a node's labels.
 func (i *Index) DeleteNode(name string) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	delete(i.labels, name)
-	i.recompute(name)
+	i.update(func() {
+		delete(i.labels, name)
+		i.recompute(name)
+	})
 }
 
 // UpsertCSINode records the driver's topology keys on a node (on add and
 // update). A CSINode without an entry for the driver removes the node's keys.
 func (i *Index) UpsertCSINode(csiNode *storagev1.CSINode) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if keys, err := DriverKeys(csiNode, i.driver); err == nil {
-		i.keys[csiNode.Name] = keys
-	} else {
-		delete(i.keys, csiNode.Name)
-	}
-	i.recompute(csiNode.Name)
+	i.update(func() {
+		if keys, err := DriverKeys(csiNode, i.driver); err == nil {
+			i.keys[csiNode.Name] = keys
+		} else {
+			delete(i.keys, csiNode.Name)
+		}
+		i.recompute(csiNode.Name)
+	})
 }
 
 // DeleteCSINode forgets the driver's keys on a node.
 func (i *Index) DeleteCSINode(name string) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	delete(i.keys, name)
-	i.recompute(name)
+	i.update(func() {
+		delete(i.keys, name)
+		i.recompute(name)
+	})
 }
 
 // recompute moves node's contribution to what its labels and keys say now.
@@ -128,6 +156,9 @@ func (i *Index) acquire(c contribution, keys []string, seg Segment) {
 	if set.counts[c.segment] == 0 {
 		set.segs[c.segment] = seg
 		set.sorted = nil
+		if i.onNew != nil {
+			i.fresh = append(i.fresh, seg)
+		}
 	}
 	set.counts[c.segment]++
 }

@@ -72,3 +72,27 @@ func TestDriverKeys(t *testing.T) {
 		t.Errorf("other driver: error = %v", err)
 	}
 }
+
+func TestIndexOnNewSegment(t *testing.T) {
+	idx := NewIndex(testDriver)
+	var got []string
+	idx.OnNewSegment(func(s Segment) {
+		// Called outside the lock: reading the index must not deadlock.
+		_ = idx.Segments([]string{zoneKey})
+		got = append(got, s.String())
+	})
+	idx.UpsertNode(makeNode("a", map[string]string{zoneKey: "z1"}))
+	idx.UpsertCSINode(makeCSINode("a", testDriver, zoneKey)) // z1 appears
+	idx.UpsertNode(makeNode("b", map[string]string{zoneKey: "z1"}))
+	idx.UpsertCSINode(makeCSINode("b", testDriver, zoneKey)) // z1 again: no call
+	idx.UpsertCSINode(makeCSINode("c", testDriver, zoneKey))
+	idx.UpsertNode(makeNode("c", map[string]string{zoneKey: "z2"})) // z2 appears
+	idx.UpsertNode(makeNode("b", map[string]string{zoneKey: "z3"})) // z3 appears
+	idx.DeleteNode("a")
+	idx.DeleteNode("b")                                             // z1 and z3 go
+	idx.UpsertNode(makeNode("a", map[string]string{zoneKey: "z1"})) // z1 back
+	want := []string{zoneKey + "=z1", zoneKey + "=z2", zoneKey + "=z3", zoneKey + "=z1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("new segments (-want +got):\n%s", diff)
+	}
+}
