@@ -216,7 +216,8 @@ capacity_objects() {
 		-o jsonpath="{range .items[?(@.storageClassName==\"$STORAGE_CLASS\")]}{.metadata.name}{\"\\n\"}{end}" 2>/dev/null | grep -c . || true)
 	((n >= 3))
 }
-# csi-provisioner refreshes capacity every minute (--capacity-poll-interval=1m).
+# csi-provisioner publishes them as soon as the workers have registered the
+# driver (new segments) and the class exists.
 if ! wait_until 180 capacity_objects; then
 	diagnose_system
 	die "fewer than 3 CSIStorageCapacity objects for $STORAGE_CLASS after 3 minutes (kubectl --context $CONTEXT -n $NAMESPACE logs deploy/csi-controller -c csi-provisioner)"
