@@ -9,15 +9,19 @@ COPY . .
 ARG VERSION=devel
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/...
 
-FROM gcr.io/distroless/static:nonroot AS csi-provisioner
+# The sidecars and the mock driver run as root, like the upstream CSI
+# sidecars: they connect to the driver's unix socket, which a driver running
+# as root creates without write permission for other users. The scheduler
+# and the extender touch no socket and run as non-root.
+FROM gcr.io/distroless/static:latest AS csi-provisioner
 COPY --from=builder /out/csi-provisioner /csi-provisioner
 ENTRYPOINT ["/csi-provisioner"]
 
-FROM gcr.io/distroless/static:nonroot AS mock-driver
+FROM gcr.io/distroless/static:latest AS mock-driver
 COPY --from=builder /out/mock-driver /mock-driver
 ENTRYPOINT ["/mock-driver"]
 
-FROM gcr.io/distroless/static:nonroot AS csi-node-publisher
+FROM gcr.io/distroless/static:latest AS csi-node-publisher
 COPY --from=builder /out/csi-node-publisher /csi-node-publisher
 ENTRYPOINT ["/csi-node-publisher"]
 
