@@ -59,6 +59,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.cfg.StateFile, "state-file", "", "File that persists the controller's volumes (empty: memory only).")
 	fs.StringVar(&o.cfg.DataDir, "data-dir", "", "Directory holding one sub-directory per volume that NodePublishVolume bind-mounts onto the target (empty: publish creates a plain directory, for tests without mount privileges).")
 	fs.StringVar(&o.cfg.AdminAddress, "admin-address", "", "Loopback address of the admin HTTP endpoint, e.g. 127.0.0.1:9808 (empty: none).")
+	fs.StringVar(&o.cfg.HealthAddress, "health-address", "", `Address (host:port, any interface), e.g. ":9808", of a plain-HTTP endpoint serving only /healthz for liveness probes: 200 while the gRPC server serves and Probe succeeds, else 503 (empty: none).`)
 	fs.StringVar(&o.faultsFile, "faults-file", "", "Initial fault rules: a JSON or YAML list (see README).")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {

@@ -84,6 +84,11 @@ func TestParseFlags(t *testing.T) {
 				c.Faults = []faults.Rule{{Method: "CreateVolume", Code: "ResourceExhausted", Latency: faults.Duration(100 * time.Millisecond), Segment: map[string]string{"zone": "z2"}}}
 			}),
 		},
+		{
+			name: "node instance with a health endpoint",
+			args: []string{"--mode=node", "--node-id=n1", "--health-address=:9808"},
+			want: base(func(c *driver.Config) { c.Mode, c.NodeID, c.HealthAddress = driver.ModeNode, "n1", ":9808" }),
+		},
 		{name: "segment table with an unknown field", args: []string{"--segments-file=" + segBad}, wantErr: true},
 		{name: "invalid fault", args: []string{"--faults-file=" + faultsBad}, wantErr: true},
 		{name: "missing file", args: []string{"--segments-file=" + filepath.Join(dir, "nope.json")}, wantErr: true},

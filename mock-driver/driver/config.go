@@ -94,6 +94,11 @@ type Config struct {
 	// AdminAddress is the admin endpoint's TCP address on a loopback
 	// interface, e.g. "127.0.0.1:0"; empty disables it.
 	AdminAddress string
+	// HealthAddress is the TCP address, on any interface, e.g. ":9808", of
+	// a plain-HTTP endpoint that serves GET /healthz only, for liveness
+	// probes: 200 while the gRPC server serves and a Probe through it
+	// succeeds, 503 otherwise. Empty disables it.
+	HealthAddress string
 	// Faults are the initial fault rules.
 	Faults []faults.Rule
 }
@@ -242,6 +247,11 @@ func (c Config) validate() error {
 	if c.AdminAddress != "" {
 		if err := checkLoopback(c.AdminAddress); err != nil {
 			return err
+		}
+	}
+	if c.HealthAddress != "" {
+		if _, _, err := net.SplitHostPort(c.HealthAddress); err != nil {
+			return fmt.Errorf("health address %q: %w", c.HealthAddress, err)
 		}
 	}
 	for _, r := range c.Faults {

@@ -28,6 +28,9 @@ func TestNewValidates(t *testing.T) {
 		{name: "admin on every interface", mutate: func(c *Config) { c.AdminAddress = ":9808" }, wantErr: true},
 		{name: "admin on a public address", mutate: func(c *Config) { c.AdminAddress = "10.0.0.1:9808" }, wantErr: true},
 		{name: "admin without port", mutate: func(c *Config) { c.AdminAddress = "127.0.0.1" }, wantErr: true},
+		{name: "health on every interface", mutate: func(c *Config) { c.HealthAddress = ":9808" }},
+		{name: "health on a public address", mutate: func(c *Config) { c.HealthAddress = "10.0.0.1:9808" }},
+		{name: "health without port", mutate: func(c *Config) { c.HealthAddress = "0.0.0.0" }, wantErr: true},
 		{
 			name: "segment twice, once with the prefix",
 			mutate: func(c *Config) {

@@ -1,8 +1,8 @@
 // Package driver is the mock CSI driver: the Identity, Controller and Node
 // services of CSI spec v1.13 over gRPC on a unix socket, with a segment table
 // (topology segments with capacities), per-node volume limits, fault
-// injection, volumes persisted to a state file, and an HTTP admin endpoint
-// for tests.
+// injection, volumes persisted to a state file, an HTTP admin endpoint for
+// tests (loopback only) and an HTTP health endpoint for liveness probes.
 //
 // A Driver serves one of three modes: a controller instance next to the
 // provisioner, one node instance per (fake) node, or both in one process

@@ -36,6 +36,8 @@ type Driver struct {
 	faults *faults.Injector
 	ready  chan struct{}
 	ran    atomic.Bool
+	// serving is true from Ready until Run starts to stop the gRPC server.
+	serving atomic.Bool
 
 	mu sync.Mutex
 	// capacity overrides the configured capacity per segment key.
@@ -48,6 +50,8 @@ type Driver struct {
 	targets map[string]map[string]publication
 	// adminAddr is the admin endpoint's address once it listens.
 	adminAddr string
+	// healthAddr is the health endpoint's address once it listens.
+	healthAddr string
 }
 
 // New returns a driver for cfg, with the volumes of cfg.StateFile.
@@ -74,7 +78,8 @@ func New(cfg Config) (*Driver, error) {
 	}, nil
 }
 
-// Ready is closed once the gRPC socket and the admin endpoint listen.
+// Ready is closed once the gRPC socket and the admin and health endpoints
+// listen.
 func (d *Driver) Ready() <-chan struct{} { return d.ready }
 
 // AdminURL returns the admin endpoint's base URL, "http://127.0.0.1:port",
@@ -100,9 +105,11 @@ func (d *Driver) SetFaults(rules []faults.Rule) error {
 }
 
 // Run listens on the endpoint (removing a stale socket file) and on the
-// admin address, serves until ctx is done, then stops gracefully (open calls
-// get stopTimeout to finish) and removes the socket. It returns an error when
-// it cannot listen or serving fails; a Driver runs once.
+// admin and health addresses, serves until ctx is done, then stops
+// gracefully (open calls get stopTimeout to finish; the health endpoint
+// answers 503 meanwhile), closes the HTTP endpoints and removes the socket.
+// It returns an error when it cannot listen or serving fails; a Driver runs
+// once.
 func (d *Driver) Run(ctx context.Context) error {
 	if !d.ran.CompareAndSwap(false, true) {
 		return errors.New("the mock driver is already running or ran before")
@@ -126,7 +133,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		csi.RegisterNodeServer(srv, d)
 	}
 
-	errCh := make(chan error, 2)
+	errCh := make(chan error, 3)
 	if d.cfg.AdminAddress != "" {
 		admin, err := d.serveAdmin(logger, errCh)
 		if err != nil {
@@ -135,18 +142,30 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 		defer admin.Close()
 	}
+	if d.cfg.HealthAddress != "" {
+		stopHealth, err := d.serveHealth(logger, path, errCh)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer stopHealth()
+	}
 	logger.Info("Mock CSI driver serving", "name", d.cfg.Name, "mode", d.cfg.Mode, "endpoint", path,
-		"admin", d.AdminURL(), "nodeID", d.cfg.NodeID, "topology", d.cfg.NodeTopology, "segments", len(d.cfg.Segments))
+		"admin", d.AdminURL(), "health", d.HealthURL(), "nodeID", d.cfg.NodeID, "topology", d.cfg.NodeTopology,
+		"segments", len(d.cfg.Segments))
 	go func() {
 		if err := srv.Serve(lis); err != nil {
 			errCh <- fmt.Errorf("serving gRPC: %w", err)
 		}
 	}()
+	d.serving.Store(true)
 	close(d.ready)
 
 	select {
 	case <-ctx.Done():
+		d.serving.Store(false)
 	case err := <-errCh:
+		d.serving.Store(false)
 		srv.Stop()
 		return err
 	}
