@@ -72,6 +72,8 @@ type Provisioner struct {
 	// inBackground holds the volume names, by claim UID, whose last
 	// CreateVolume may still be running in the driver.
 	inBackground map[types.UID]string
+	// deleted remembers the PVs whose volume was just deleted.
+	deleted *deletedVolumes
 }
 
 var (
@@ -88,7 +90,7 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 	if deps.CSI == nil || deps.Secrets == nil || deps.CSINodes == nil || deps.Index == nil {
 		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
 	}
-	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}}, nil
+	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil)}, nil
 }
 
 // SupportsBlock reports that raw block claims are passed to the driver, which
@@ -309,6 +311,7 @@ func (p *Provisioner) delete(ctx context.Context, pv *v1.PersistentVolume) error
 	if err := p.deleteVolume(ctx, pv.Spec.CSI.VolumeHandle, secrets); err != nil {
 		return err
 	}
+	p.deleted.record(pv.UID)
 	if p.deps.Capacity != nil {
 		p.deps.Capacity.Touch(affinityTopologies(pv))
 	}
