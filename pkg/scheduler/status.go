@@ -5,13 +5,32 @@ import "fmt"
 // Reason is why Filter rejects a node.
 type Reason string
 
-// The reasons.
+// The reasons Filter gives. Each is the prefix of the message a front end
+// reports for a rejected node.
 const (
-	ReasonDriverNotRegistered        Reason = "CSIDriverNotRegistered"
-	ReasonTopologyLabelMissing       Reason = "TopologyLabelMissing"
-	ReasonOutsideAllowedTopologies   Reason = "OutsideAllowedTopologies"
-	ReasonVolumeLimitExceeded        Reason = "VolumeLimitExceeded"
-	ReasonInsufficientCapacity       Reason = "InsufficientCapacity"
+	// ReasonDriverNotRegistered means the node's CSINode has no entry for the
+	// driver (or the node has no CSINode), so the node can neither
+	// provision for nor mount the pod's volumes of the driver. Unresolvable.
+	ReasonDriverNotRegistered Reason = "CSIDriverNotRegistered"
+	// ReasonTopologyLabelMissing means the node lacks a label for one of the
+	// topology keys the driver reports in its CSINode entry, so it has no
+	// segment for a new volume. Unresolvable.
+	ReasonTopologyLabelMissing Reason = "TopologyLabelMissing"
+	// ReasonOutsideAllowedTopologies means the node's labels do not satisfy the
+	// allowedTopologies of a pending claim's class. Unresolvable.
+	ReasonOutsideAllowedTopologies Reason = "OutsideAllowedTopologies"
+	// ReasonVolumeLimitExceeded means the pod's new volumes, added to what the
+	// node already counts (attached, pending and reserved in flight), exceed
+	// the node's attach limit for the driver. Resolvable: evicting pods
+	// frees slots.
+	ReasonVolumeLimitExceeded Reason = "VolumeLimitExceeded"
+	// ReasonInsufficientCapacity means the capacity published for the node's
+	// segment and a class is below the pod's requests of that class plus
+	// the reservations in flight there, or a claim exceeds the largest
+	// volume the segment can hold. Unresolvable.
+	ReasonInsufficientCapacity Reason = "InsufficientCapacity"
+	// ReasonVolumeNodeAffinityConflict means a bound volume's node affinity
+	// excludes the node. Unresolvable.
 	ReasonVolumeNodeAffinityConflict Reason = "VolumeNodeAffinityConflict"
 )
 

@@ -103,7 +103,10 @@ func read(cs fwk.CycleState) (*scheduler.PodVolumes, bool) {
 		return nil, false
 	}
 	s, ok := d.(*state)
-	return s.volumes, ok && s.volumes != nil
+	if !ok || s == nil || s.volumes == nil {
+		return nil, false
+	}
+	return s.volumes, true
 }
 
 // PreFilter collects the pod's volumes of the driver; pods without any are

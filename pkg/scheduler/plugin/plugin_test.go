@@ -115,3 +115,43 @@ func TestExtensionPoints(t *testing.T) {
 		t.Error("plugin identity")
 	}
 }
+
+// otherState is cycle state of another type under the plugin's key.
+type otherState struct{}
+
+func (otherState) Clone() fwk.StateData { return otherState{} }
+
+// State under the plugin's key that is not the plugin's, or holds no
+// volumes, makes every extension point pass over the pod instead of
+// panicking.
+func TestForeignOrEmptyState(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	p := &Plugin{}
+	node := nodeInfo{node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}}
+	tests := []struct {
+		name string
+		data fwk.StateData
+	}{
+		{name: "another type", data: otherState{}},
+		{name: "nil state", data: (*state)(nil)},
+		{name: "no volumes", data: &state{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := &cycleState{data: map[fwk.StateKey]fwk.StateData{stateKey: tc.data}}
+			if st := p.Filter(ctx, cs, &v1.Pod{}, node); !st.IsSuccess() {
+				t.Errorf("Filter = %v, want success", st)
+			}
+			if st := p.PreScore(ctx, cs, &v1.Pod{}, nil); st.Code() != fwk.Skip {
+				t.Errorf("PreScore = %v, want Skip", st)
+			}
+			if s, st := p.Score(ctx, cs, &v1.Pod{}, node); s != 0 || !st.IsSuccess() {
+				t.Errorf("Score = %d, %v", s, st)
+			}
+			if st := p.Reserve(ctx, cs, &v1.Pod{}, "n"); !st.IsSuccess() {
+				t.Errorf("Reserve = %v", st)
+			}
+			p.Unreserve(ctx, cs, &v1.Pod{}, "n")
+		})
+	}
+}
