@@ -32,6 +32,7 @@ type config struct {
 	driver       string
 	kubeconfig   string
 	listen       string
+	httpEndpoint string
 	tlsCert      string
 	tlsKey       string
 	clientCA     string
@@ -48,6 +49,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.driver, "driver-name", "", "CSI driver (provisioner name) whose volumes are filtered. Required.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.StringVar(&c.listen, "listen", ":8888", "Address serving /filter, /prioritize, /healthz and /metrics.")
+	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving only /healthz and /metrics over plain HTTP, without client certificates, for kubelet probes and Prometheus when --client-ca-file guards --listen; empty disables it.")
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "Serve HTTPS with this certificate.")
 	fs.StringVar(&c.tlsKey, "tls-private-key-file", "", "Key of --tls-cert-file.")
 	fs.StringVar(&c.clientCA, "client-ca-file", "", "Require client certificates signed by this CA (HTTPS only).")
@@ -69,6 +71,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") || (c.clientCA != "" && c.tlsCert == "") {
 		return c, errors.New("--tls-cert-file and --tls-private-key-file go together, and --client-ca-file needs them")
+	}
+	if c.httpEndpoint != "" && c.httpEndpoint == c.listen {
+		return c, errors.New("--http-endpoint must differ from --listen")
 	}
 	return c, nil
 }
@@ -153,8 +158,7 @@ func run(ctx context.Context, cfg config) error {
 	reg := metrics.NewKubeRegistry()
 	mux := http.NewServeMux()
 	extender.New(core, factory.Core().V1().Nodes().Lister(), logger, newExtenderMetrics(reg)).Register(mux)
-	mux.Handle("/metrics", metrics.HandlerFor(reg, metrics.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	registerHealthAndMetrics(mux, reg)
 	srv := &http.Server{Addr: cfg.listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if cfg.clientCA != "" {
 		pem, err := os.ReadFile(cfg.clientCA)
@@ -165,7 +169,7 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("--client-ca-file %s: %w", cfg.clientCA, err)
 		}
 	}
-	errCh := make(chan error, 1)
+	errCh := make(chan error, 2)
 	go func() {
 		logger.Info("Serving the scheduler extender", "address", cfg.listen, "driver", cfg.driver, "tls", cfg.tlsCert != "")
 		if cfg.tlsCert != "" {
@@ -174,12 +178,39 @@ func run(ctx context.Context, cfg config) error {
 			errCh <- srv.ListenAndServe()
 		}
 	}()
+	servers := []*http.Server{srv}
+	if cfg.httpEndpoint != "" {
+		// Plain HTTP without client certificates: kubelet probes and
+		// Prometheus cannot present one to --listen with --client-ca-file.
+		plain := http.NewServeMux()
+		registerHealthAndMetrics(plain, reg)
+		hsrv := &http.Server{Addr: cfg.httpEndpoint, Handler: plain, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, hsrv)
+		go func() {
+			logger.Info("Serving health and metrics", "address", cfg.httpEndpoint)
+			errCh <- hsrv.ListenAndServe()
+		}()
+	}
 	select {
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		return srv.Shutdown(sctx)
+		var errs []error
+		for _, s := range servers {
+			errs = append(errs, s.Shutdown(sctx))
+		}
+		return errors.Join(errs...)
 	case err := <-errCh:
+		for _, s := range servers {
+			s.Close()
+		}
 		return err
 	}
+}
+
+// registerHealthAndMetrics adds /healthz (200 once the informers have
+// synced, which run waits for before serving) and /metrics of reg to mux.
+func registerHealthAndMetrics(mux *http.ServeMux, reg metrics.KubeRegistry) {
+	mux.Handle("/metrics", metrics.HandlerFor(reg, metrics.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 }
