@@ -96,11 +96,23 @@ func NewCounter(driver string, s Stores) *Counter { return &Counter{driver: driv
 
 // Count returns the node's usage.
 func (c *Counter) Count(node string) (Usage, error) {
-	handles := map[string]bool{}
-	pending := map[string]bool{}
-	pods, err := c.s.Pods.ByIndex(PodsByNode, node)
+	handles, pending, err := c.Volumes(node)
 	if err != nil {
 		return Usage{}, err
+	}
+	return Usage{Attached: len(handles), Pending: len(pending)}, nil
+}
+
+// Volumes returns what Count counts on the node: the handles of the
+// driver's volumes used by pods there or attached to it, and the unbound
+// claims of the driver ("namespace/name") pending for it. The maps are the
+// caller's; Count(node) is their sizes.
+func (c *Counter) Volumes(node string) (handles, pending map[string]bool, err error) {
+	handles = map[string]bool{}
+	pending = map[string]bool{}
+	pods, err := c.s.Pods.ByIndex(PodsByNode, node)
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, obj := range pods {
 		pod, ok := obj.(*v1.Pod)
@@ -120,7 +132,7 @@ func (c *Counter) Count(node string) (Usage, error) {
 	}
 	atts, err := c.s.Attachments.ByIndex(AttachmentsByNode, node)
 	if err != nil {
-		return Usage{}, err
+		return nil, nil, err
 	}
 	for _, obj := range atts {
 		a, ok := obj.(*storagev1.VolumeAttachment)
@@ -133,14 +145,14 @@ func (c *Counter) Count(node string) (Usage, error) {
 	}
 	claims, err := c.s.Claims.ByIndex(ClaimsBySelectedNode, node)
 	if err != nil {
-		return Usage{}, err
+		return nil, nil, err
 	}
 	for _, obj := range claims {
 		if claim, ok := obj.(*v1.PersistentVolumeClaim); ok {
 			c.addClaim(claim, handles, pending)
 		}
 	}
-	return Usage{Attached: len(handles), Pending: len(pending)}, nil
+	return handles, pending, nil
 }
 
 // addClaim counts a claim: its volume's handle when bound to a PV of the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -114,6 +115,52 @@ func TestCount(t *testing.T) {
 	}
 	if u, _ := c.Count("n2"); u != (Usage{Attached: 1, Pending: 1}) {
 		t.Errorf("n2 usage = %+v, want 1 + 1", u)
+	}
+}
+
+// Volumes names what Count counts: the same world as TestCount.
+func TestVolumes(t *testing.T) {
+	s := stores(t)
+	add(t, s.Classes, classOf("ours", testDriver), classOf("theirs", "other.example.com"))
+	add(t, s.Volumes, pvOf("pv-a", testDriver, "h-a"), pvOf("pv-c", testDriver, "h-c"), pvOf("pv-x", "other.example.com", "h-x"))
+	add(t, s.Claims,
+		claimOf("ns", "a", "ours", "pv-a", ""),
+		claimOf("ns", "x", "theirs", "pv-x", ""),
+		claimOf("ns", "pending-used", "ours", "", ""),       // used by a pod on n1
+		claimOf("ns", "pending-selected", "ours", "", "n1"), // selected for n1
+		claimOf("ns", "pending-theirs", "theirs", "", "n1"), // another driver
+	)
+	add(t, s.Pods, podOf("ns", "p1", "n1", "a", "x", "pending-used"))
+	add(t, s.Attachments, &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-c"}, Spec: storagev1.VolumeAttachmentSpec{
+		Attacher: testDriver, NodeName: "n1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-c")}}})
+	c := NewCounter(testDriver, s)
+	tests := []struct {
+		name        string
+		node        string
+		wantHandles map[string]bool
+		wantPending map[string]bool
+	}{
+		{name: "used, attached and pending", node: "n1", wantHandles: map[string]bool{"h-a": true, "h-c": true},
+			wantPending: map[string]bool{"ns/pending-used": true, "ns/pending-selected": true}},
+		{name: "empty node", node: "n2", wantHandles: map[string]bool{}, wantPending: map[string]bool{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			handles, pending, err := c.Volumes(tc.node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantHandles, handles); diff != "" {
+				t.Errorf("handles (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantPending, pending); diff != "" {
+				t.Errorf("pending (-want +got):\n%s", diff)
+			}
+			u, err := c.Count(tc.node)
+			if err != nil || u != (Usage{Attached: len(handles), Pending: len(pending)}) {
+				t.Errorf("Count = %+v, %v; want the sizes of Volumes", u, err)
+			}
+		})
 	}
 }
 
