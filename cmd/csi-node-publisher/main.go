@@ -8,9 +8,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -101,47 +103,77 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	reg := metrics.NewKubeRegistry()
+	pubMetrics := limits.NewPublisherMetrics(reg)
+	// The endpoint listens before the driver is connected, so a busy
+	// address fails at once and /metrics answers while the driver starts.
+	var health publisherHealth
+	if cfg.httpEndpoint != "" {
+		lis, err := net.Listen("tcp", cfg.httpEndpoint)
+		if err != nil {
+			return fmt.Errorf("listening on --http-endpoint: %w", err)
+		}
+		srv := serveHTTP(ctx, lis, httpHandler(health.check, reg))
+		defer srv.Close()
+	}
 	conn, err := connection.Connect(ctx, cfg.csiAddress, nil)
 	if err != nil {
 		return fmt.Errorf("connecting to the CSI driver at %q: %w", cfg.csiAddress, err)
 	}
 	defer conn.Close()
 
-	reg := metrics.NewKubeRegistry()
 	pub, err := limits.NewPublisher(cfg.publisher, client,
 		struct {
 			csi.IdentityClient
 			csi.NodeClient
 		}{csi.NewIdentityClient(conn), csi.NewNodeClient(conn)},
-		limits.NewPublisherMetrics(reg))
+		pubMetrics)
 	if err != nil {
 		return err
 	}
-	if cfg.httpEndpoint != "" {
-		srv := httpServer(ctx, cfg.httpEndpoint, pub, reg)
-		defer srv.Close()
-	}
+	health.pub.Store(pub)
 	return pub.Run(ctx)
 }
 
-// httpServer serves /healthz (503 while the driver is unreachable or the
-// last publish failed) and /metrics until ctx is done.
-func httpServer(ctx context.Context, addr string, pub *limits.Publisher, reg metrics.KubeRegistry) *http.Server {
-	logger := klog.FromContext(ctx)
+// publisherHealth is the health of the publisher once it exists. Safe for
+// concurrent use.
+type publisherHealth struct {
+	pub atomic.Pointer[limits.Publisher]
+}
+
+// check returns nil while the publisher runs, the driver answers and the
+// last publish worked.
+func (h *publisherHealth) check() error {
+	pub := h.pub.Load()
+	if pub == nil {
+		return errors.New("not connected to the CSI driver yet")
+	}
+	return pub.Healthy()
+}
+
+// httpHandler serves /healthz (503 with the reason while healthy returns an
+// error) and /metrics of reg.
+func httpHandler(healthy func() error, reg metrics.KubeRegistry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.HandlerFor(reg, metrics.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := pub.Healthy(); err != nil {
+		if err := healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return mux
+}
+
+// serveHTTP serves handler on lis until the returned server is closed.
+func serveHTTP(ctx context.Context, lis net.Listener, handler http.Handler) *http.Server {
+	logger := klog.FromContext(ctx)
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		logger.Info("Serving health and metrics", "address", addr)
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP endpoint failed", "address", addr)
+		logger.Info("Serving health and metrics", "address", lis.Addr().String())
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP endpoint failed", "address", lis.Addr().String())
 		}
 	}()
 	return srv
