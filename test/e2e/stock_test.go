@@ -2,15 +2,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
-	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -78,76 +75,27 @@ func rescheduleEvents(ctx context.Context, ns string) int32 {
 	return n
 }
 
-// Issue 5, scenario 2, stock side (test/e2eplugin runs ours): with capacity
-// tracking on, 12 pods that prefer zone z1 (60 Gi free, room for 6 volumes
-// of 10 Gi) are all sent there by the stock scheduler, which checks each
-// claim alone and ignores claims in flight: claims come back to the
-// scheduler before every pod finds room.
+// Issue 5, scenario 2, stock side (test/e2eplugin TestPreferredBurst runs
+// the same burst with ours): with capacity tracking on (CSIDriver
+// storageCapacity and published CSIStorageCapacity objects), 20 pods x 10 Gi
+// that prefer zone z1, against zones with 60, 60 and 100 Gi free. The stock
+// scheduler checks each claim alone against the published capacity and
+// ignores the claims in flight, so it sends more than six to z1: the driver
+// answers RESOURCE_EXHAUSTED and claims come back to the scheduler.
 func TestStockBurstOvercommits(t *testing.T) {
 	ctx, ns := newNamespace(t)
-	if _, err := client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: driverName},
-		Spec:       storagev1.CSIDriverSpec{StorageCapacity: ptr.To(true), AttachRequired: ptr.To(false)},
-	}, metav1.CreateOptions{}); err != nil {
+	env.EnableStorageCapacity(t, ctx)
+	if err := env.StartProvisioner("--enable-capacity", "--capacity-namespace="+lab.CapacityNamespace, "--capacity-poll-interval=2s"); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.StartProvisioner("--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=2s"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(ctx), driverName, metav1.DeleteOptions{})
-		_ = env.StartProvisioner()
-	})
-	segs, err := env.Segments(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range segs {
-		if s.Topology[zoneKey] == "z1" {
-			if err := env.SetSegmentCapacity(ctx, s.Topology, s.UsedBytes+30*gi); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	t.Cleanup(func() { _ = env.StartProvisioner() })
 	class := newClass(t, ctx, ns+"-wffc", classOpts{})
-	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		caps, err := segmentCapacities(ctx, class)
-		return err == nil && caps["z1/r1"] == 30*gi && caps["z1/r2"] == 30*gi, nil
-	}); err != nil {
-		t.Fatalf("capacity of z1 not published: %v", err)
+	res := env.RunBurst(t, ctx, ns, class, lab.StandardBurst)
+	t.Logf("stock scheduler: %d of %d pods placed, volumes per zone %v, %d CreateVolume RESOURCE_EXHAUSTED, %d claims sent back",
+		len(res.Placed), lab.StandardBurst.Pods, res.PerZone, res.Exhausted, res.Reschedules)
+	if res.Exhausted == 0 || res.Reschedules == 0 {
+		t.Errorf("RESOURCE_EXHAUSTED %d, reschedules %d: the stock scheduler did not overcommit z1 (want both > 0)", res.Exhausted, res.Reschedules)
 	}
-	const n = 12
-	for i := 0; i < n; i++ {
-		env.ClaimAndPodPreferring(t, ctx, ns, class, fmt.Sprintf("burst-%02d", i), 10*gi, zoneKey, "z1")
-	}
-	err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		return rescheduleEvents(ctx, ns) > 0, nil
-	})
-	if err != nil {
-		t.Fatalf("no claim was sent back: the stock scheduler did not overcommit z1: %v", err)
-	}
-	// Count what the overcommit cost: CreateVolume calls refused for lack of
-	// room, and claims sent back (ours: zero of both, test/e2eplugin).
-	reqs, err := env.CreateRequests(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours := map[string]bool{}
-	for _, c := range claims.Items {
-		ours["pvc-"+string(c.UID)] = true // the CSI volume name (--volume-name-prefix=pvc)
-	}
-	exhausted := 0
-	for _, r := range reqs {
-		if r.Code == "ResourceExhausted" && ours[r.Name] {
-			exhausted++
-		}
-	}
-	t.Logf("stock scheduler, %d pods x 10 Gi preferring z1 (60 Gi free): %d CreateVolume RESOURCE_EXHAUSTED, %d reschedule Events",
-		n, exhausted, rescheduleEvents(ctx, ns))
 }
 
 // Issue 5, scenario 3, stock side (test/e2eplugin runs ours): the stock

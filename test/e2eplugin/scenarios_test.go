@@ -116,134 +116,30 @@ func TestNodeDeletedBeforeProvisioning(t *testing.T) {
 	}
 }
 
-// Issue 5, scenario 2 (ours), the counterpart of test/e2e
-// TestStockBurstOvercommits: 12 pods of 10 Gi that prefer zone z1 (60 Gi
-// free) -- the reservations of pods in flight keep all but 6 out of z1, so no
-// claim ever comes back to the scheduler.
-func TestPreferredZoneNotOvercommitted(t *testing.T) {
+// Issue 5, scenario 2 (ours; test/e2e TestStockBurstOvercommits runs the
+// same burst with the stock scheduler): with capacity tracking on, 20 pods x
+// 10 Gi preferring z1, against zones of 60, 60 and 100 Gi free. Every pod
+// runs, at most six volumes go to z1, no zone is over capacity, the driver
+// never answers RESOURCE_EXHAUSTED and no claim is sent back.
+func TestPreferredBurst(t *testing.T) {
 	ctx, ns, class := setup(t)
-	segs, err := env.Segments(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range segs {
-		if s.Topology[lab.ZoneKey] == "z1" {
-			if err := env.SetSegmentCapacity(ctx, s.Topology, s.UsedBytes+60*gi); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		list, err := client.StorageV1().CSIStorageCapacities("csi-topology").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range list.Items {
-			if c.StorageClassName == class && c.NodeTopology.MatchLabels[lab.ZoneKey] == "z1" && c.Capacity != nil && c.Capacity.Value() == 60*gi {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		t.Fatalf("capacity of z1 not published: %v", err)
-	}
-	const n = 12
-	for i := 0; i < n; i++ {
-		env.ClaimAndPodPreferring(t, ctx, ns, class, fmt.Sprintf("pref-%02d", i), 10*gi, lab.ZoneKey, "z1")
-	}
-	inZ1 := 0
-	for i := 0; i < n; i++ {
-		node, zone := waitPlaced(t, ctx, ns, fmt.Sprintf("pref-%02d", i))
-		if zone != env.Nodes[node] {
-			t.Errorf("pref-%02d on %s in %s, volume in %s", i, node, env.Nodes[node], zone)
-		}
-		if zone == "z1" {
-			inZ1++
-		}
-	}
-	if inZ1 > 6 {
-		t.Errorf("%d volumes of 10 Gi in z1, which had 60 Gi free", inZ1)
-	}
-	list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range list.Items {
-		if e.Reason == "ProvisioningFailed" {
-			t.Errorf("claim %s came back: %s", e.InvolvedObject.Name, e.Message)
-		}
-	}
-	t.Logf("%d of %d pods in z1, no claim sent back", inZ1, n)
+	env.EnableStorageCapacity(t, ctx)
+	b := lab.StandardBurst
+	res := env.RunBurst(t, ctx, ns, class, b)
+	t.Logf("ours: %d of %d pods placed, volumes per zone %v, %d CreateVolume RESOURCE_EXHAUSTED, %d claims sent back",
+		len(res.Placed), b.Pods, res.PerZone, res.Exhausted, res.Reschedules)
+	checkBurst(t, b, res)
 }
 
-// Issue 5, scenario 2 (ours), last because it fills the zones: a burst of 20 pods x 10 Gi against zones of
-// 60, 60 and 100 Gi: every pod is placed where there was room, the driver
-// never answers RESOURCE_EXHAUSTED, and no zone is over capacity.
+// Issue 5, scenario 2 (ours) without a zone preference, last because it
+// fills the zones: the same burst spread by our score alone.
 func TestBurstRespectsCapacity(t *testing.T) {
 	ctx, ns, class := setup(t)
-	// Earlier tests used some space: give each zone exactly 60, 60 and 100
-	// Gi free, and wait until the published capacity says so.
-	free := map[string]int64{"z1": 60 * gi, "z2": 60 * gi, "z3": 100 * gi}
-	segs, err := env.Segments(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range segs {
-		if err := env.SetSegmentCapacity(ctx, s.Topology, s.UsedBytes+free[s.Topology[lab.ZoneKey]]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		list, err := client.StorageV1().CSIStorageCapacities("csi-topology").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		ok := 0
-		for _, c := range list.Items {
-			if c.StorageClassName == class && c.Capacity != nil && c.Capacity.Value() == free[c.NodeTopology.MatchLabels[lab.ZoneKey]] {
-				ok++
-			}
-		}
-		return ok == 3, nil
-	}); err != nil {
-		t.Fatalf("capacity objects do not show 60/60/100 Gi free: %v", err)
-	}
-	before, err := env.CreateRequests(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 20
-	for i := 0; i < n; i++ {
-		claimAndPod(t, ctx, ns, class, fmt.Sprintf("burst-%02d", i), 10*gi, "")
-	}
-	perZone := map[string]int{}
-	for i := 0; i < n; i++ {
-		node, zone := waitPlaced(t, ctx, ns, fmt.Sprintf("burst-%02d", i))
-		if zone != env.Nodes[node] {
-			t.Errorf("burst-%02d on %s in %s, volume in %s", i, node, env.Nodes[node], zone)
-		}
-		perZone[zone]++
-	}
-	limits := map[string]int{"z1": 6, "z2": 6, "z3": 10}
-	for z, c := range perZone {
-		if c > limits[z] {
-			t.Errorf("zone %s holds %d volumes of 10 Gi, capacity %d", z, c, limits[z])
-		}
-	}
-	reqs, err := env.CreateRequests(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exhausted := 0
-	for _, r := range reqs[len(before):] {
-		if strings.Contains(r.Result, "ResourceExhausted") {
-			exhausted++
-		}
-	}
-	if exhausted != 0 {
-		t.Errorf("%d CreateVolume calls answered RESOURCE_EXHAUSTED, want 0", exhausted)
-	}
-	t.Logf("volumes per zone: %v; CreateVolume calls: %d", perZone, len(reqs)-len(before))
+	b := lab.StandardBurst
+	b.Prefer = ""
+	res := env.RunBurst(t, ctx, ns, class, b)
+	t.Logf("volumes per zone: %v", res.PerZone)
+	checkBurst(t, b, res)
 }
 
 // Issue 5, scenario 3 across a scheduler restart (ours): the first pod's
@@ -267,5 +163,23 @@ func TestPendingClaimCountsAcrossRestart(t *testing.T) {
 	}
 	if node, _ := waitPlaced(t, ctx, ns, "first"); node != "node-slot" {
 		t.Errorf("first on %s, want node-slot", node)
+	}
+}
+
+// checkBurst asserts what ours promises for a burst: every pod runs, in the
+// zone of its volume, no zone holds more than it had free, the driver never
+// answers RESOURCE_EXHAUSTED and no claim is sent back.
+func checkBurst(t *testing.T, b lab.Burst, res lab.BurstResult) {
+	t.Helper()
+	if len(res.Placed) != b.Pods {
+		t.Errorf("%d of %d pods placed", len(res.Placed), b.Pods)
+	}
+	for z, n := range res.PerZone {
+		if int64(n)*b.Size > b.Free[z] {
+			t.Errorf("zone %s holds %d volumes of %d Gi, %d Gi free", z, n, b.Size>>30, b.Free[z]>>30)
+		}
+	}
+	if len(res.Misplaced) > 0 || res.Exhausted != 0 || res.Reschedules != 0 {
+		t.Errorf("misplaced %v, RESOURCE_EXHAUSTED %d, reschedules %d; want none", res.Misplaced, res.Exhausted, res.Reschedules)
 	}
 }

@@ -75,34 +75,41 @@ func (l *Lab) ClaimAndPodPreferring(t testing.TB, ctx context.Context, ns, class
 // returns the node and the zone of the claim's volume.
 func (l *Lab) WaitPlaced(t testing.TB, ctx context.Context, ns, name string) (node, zone string) {
 	t.Helper()
-	c := l.Cluster.Client
 	err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
-		pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || pod.Spec.NodeName == "" {
-			return false, nil
-		}
-		pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || pvc.Status.Phase != v1.ClaimBound {
-			return false, nil
-		}
-		pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		node = pod.Spec.NodeName
-		if pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
-			for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
-				for _, e := range term.MatchExpressions {
-					if e.Key == ZoneKey {
-						zone = e.Values[0]
-					}
-				}
-			}
-		}
-		return true, nil
+		var ok bool
+		node, zone, ok = l.placed(ctx, ns, name)
+		return ok, nil
 	})
 	if err != nil {
 		t.Fatalf("%s/%s not placed: %v", ns, name, err)
 	}
 	return node, zone
+}
+
+// placed reports whether the claim name is Bound and its pod (of the same
+// name) on a node, with the node and the zone of the claim's volume.
+func (l *Lab) placed(ctx context.Context, ns, name string) (node, zone string, ok bool) {
+	c := l.Cluster.Client
+	pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || pod.Spec.NodeName == "" {
+		return "", "", false
+	}
+	pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || pvc.Status.Phase != v1.ClaimBound {
+		return "", "", false
+	}
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return "", "", false
+	}
+	if pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
+		for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+			for _, e := range term.MatchExpressions {
+				if e.Key == ZoneKey {
+					zone = e.Values[0]
+				}
+			}
+		}
+	}
+	return pod.Spec.NodeName, zone, true
 }
