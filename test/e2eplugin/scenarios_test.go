@@ -126,8 +126,8 @@ func TestPreferredBurst(t *testing.T) {
 	env.EnableStorageCapacity(t, ctx)
 	b := lab.StandardBurst
 	res := env.RunBurst(t, ctx, ns, class, b)
-	t.Logf("ours: %d of %d pods placed, volumes per zone %v, %d CreateVolume RESOURCE_EXHAUSTED, %d claims sent back",
-		len(res.Placed), b.Pods, res.PerZone, res.Exhausted, res.Reschedules)
+	t.Logf("ours: %d of %d pods placed, volumes per zone %v, %d CreateVolume calls (%d RESOURCE_EXHAUSTED), %d claims sent back",
+		len(res.Placed), b.Pods, res.PerZone, res.CreateCalls, res.Exhausted, res.Reschedules)
 	checkBurst(t, b, res)
 }
 
@@ -181,5 +181,8 @@ func checkBurst(t *testing.T, b lab.Burst, res lab.BurstResult) {
 	}
 	if len(res.Misplaced) > 0 || res.Exhausted != 0 || res.Reschedules != 0 {
 		t.Errorf("misplaced %v, RESOURCE_EXHAUSTED %d, reschedules %d; want none", res.Misplaced, res.Exhausted, res.Reschedules)
+	}
+	if res.CreateCalls != b.Pods {
+		t.Errorf("%d CreateVolume calls for %d claims, want one each", res.CreateCalls, b.Pods)
 	}
 }

@@ -40,8 +40,14 @@ type BurstResult struct {
 	// Misplaced lists the pods whose node is in another zone than their
 	// volume.
 	Misplaced []string
-	// Exhausted counts the CreateVolume calls for the burst's claims that
-	// the driver answered RESOURCE_EXHAUSTED.
+	// CreateCalls counts the CreateVolume calls for the burst's claims: one
+	// per claim when every claim went straight to a segment with room.
+	CreateCalls int
+	// Exhausted counts those the driver answered RESOURCE_EXHAUSTED. (A
+	// call whose requisite has another segment with room is not refused:
+	// the driver makes the volume there, outside the selected node's reach,
+	// and the provisioner deletes it and sends the claim back; it shows in
+	// CreateCalls and Reschedules.)
 	Exhausted int
 	// Reschedules counts the claims sent back to the scheduler (the count of
 	// the provisioner's reschedule Events).
@@ -151,7 +157,11 @@ func (l *Lab) RunBurst(t testing.TB, ctx context.Context, ns, class string, b Bu
 		t.Fatal(err)
 	}
 	for _, r := range reqs {
-		if r.Code == "ResourceExhausted" && ours[r.Name] {
+		if !ours[r.Name] {
+			continue
+		}
+		res.CreateCalls++
+		if r.Code == "ResourceExhausted" {
 			res.Exhausted++
 		}
 	}
