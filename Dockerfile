@@ -1,6 +1,7 @@
 # Multi-stage build: one target per binary, each a distroless static image.
-#   docker build --target csi-provisioner -t csi-provisioner .
-# (`make image` builds them all; it needs a Docker engine.)
+#   docker build --build-arg VERSION=v0.1.0 --target csi-provisioner -t csi-provisioner .
+# VERSION is what --version prints (the build context has no .git to ask).
+# (`make image` builds them all with VERSION from git; it needs a Docker engine.)
 FROM golang:1.26 AS builder
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -30,9 +30,9 @@ test: lint build
 run: build
 	$(GO) run ./test/cmd/run $(ARGS)
 
-## image: container images of every binary (needs a Docker engine)
+## image: container images of every binary, tagged and stamped (--version) with VERSION (needs a Docker engine)
 image:
-	for b in $(BINARIES); do docker build --target $$b -t csi-topology-provisioner/$$b:$(VERSION) . || exit 1; done
+	for b in $(BINARIES); do docker build --build-arg VERSION=$(VERSION) --target $$b -t csi-topology-provisioner/$$b:$(VERSION) . || exit 1; done
 
 clean:
 	rm -rf bin .cache .test-output.log
