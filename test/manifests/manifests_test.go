@@ -1,17 +1,22 @@
 // Package manifests checks every shipped manifest against the local control
-// plane: each kustomization under deploy/kubernetes is rendered with the
-// kustomize API and every object is created with a server-side dry run, so
-// a manifest the apiserver rejects fails `make test`. The scheduler
-// configurations are decoded and validated as kube-scheduler would.
+// plane: each kustomization under deploy/kubernetes (found, not listed; each
+// component through the overlays that include it) and the example overlay
+// of docs/install.md are rendered with the kustomize API and every object is
+// created with a server-side dry run, so a manifest the apiserver rejects
+// fails `make test`. The scheduler configurations are decoded and validated
+// as kube-scheduler would, and every copy of the plugin's configuration must
+// equal the component's but for the driver name.
 package manifests
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,11 +40,15 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// render builds the kustomization in dir (relative to the repo root).
+// render builds the kustomization in dir (absolute, or relative to the
+// repo root).
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(cluster.RepoRoot, dir)
+	}
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(cluster.RepoRoot, dir))
+	res, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
@@ -101,67 +110,130 @@ func index(objs []*unstructured.Unstructured) map[kindName]*unstructured.Unstruc
 // placeholder finds the base's placeholder driver name or image.
 var placeholder = regexp.MustCompile(`(^|[^.a-z])csi\.example\.com|example\.com/csi-driver`)
 
+// wantObjects are objects some kustomizations must render, by directory.
+var wantObjects = map[string][]kindName{
+	"deploy/kubernetes/base": {
+		{"Namespace", "", "csi-topology"},
+		{"Deployment", "csi-topology", "csi-controller"},
+		{"DaemonSet", "csi-topology", "csi-node"},
+		{"CSIDriver", "", "csi.example.com"},
+		{"ServiceAccount", "csi-topology", "csi-provisioner"},
+		{"ServiceAccount", "csi-topology", "csi-node-publisher"},
+	},
+	"deploy/kubernetes/overlays/mock": {
+		{"Deployment", "csi-topology", "csi-controller"},
+		{"DaemonSet", "csi-topology", "csi-node"},
+		{"CSIDriver", "", "mock.csi.example.com"},
+		{"StorageClass", "", "csi-zonal"},
+		{"StorageClass", "", "csi-zonal-restricted"},
+		{"StorageClass", "", "csi-immediate"},
+		{"Deployment", "csi-topology", "csi-topology-scheduler"},
+		{"ConfigMap", "csi-topology", "csi-topology-scheduler-config"},
+		{"Deployment", "csi-topology", "csi-scheduler-extender"},
+		{"Service", "csi-topology", "csi-scheduler-extender"},
+		{"ServiceAccount", "csi-topology", "csi-topology-scheduler"},
+		{"ServiceAccount", "csi-topology", "csi-scheduler-extender"},
+		{"ConfigMap", "csi-topology", "mock-driver-config"},
+	},
+}
+
+// TestKustomizations renders every kustomization under deploy/kubernetes
+// that renders on its own and dry-runs its objects. Components render
+// through the kustomizations that include them; one that none includes
+// fails the test, so a new component cannot go unchecked.
 func TestKustomizations(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	for _, tc := range []struct {
-		dir  string
-		want []kindName
-		// mock: the overlay must not keep the base's placeholders.
-		mock bool
-	}{
-		{dir: "deploy/kubernetes/base", want: []kindName{
-			{"Namespace", "", "csi-topology"},
-			{"Deployment", "csi-topology", "csi-controller"},
-			{"DaemonSet", "csi-topology", "csi-node"},
-			{"CSIDriver", "", "csi.example.com"},
-			{"ServiceAccount", "csi-topology", "csi-provisioner"},
-			{"ServiceAccount", "csi-topology", "csi-node-publisher"},
-		}},
-		{dir: "deploy/kubernetes/overlays/mock", mock: true, want: []kindName{
-			{"Deployment", "csi-topology", "csi-controller"},
-			{"DaemonSet", "csi-topology", "csi-node"},
-			{"CSIDriver", "", "mock.csi.example.com"},
-			{"StorageClass", "", "csi-zonal"},
-			{"StorageClass", "", "csi-zonal-restricted"},
-			{"StorageClass", "", "csi-immediate"},
-			{"Deployment", "csi-topology", "csi-topology-scheduler"},
-			{"ConfigMap", "csi-topology", "csi-topology-scheduler-config"},
-			{"Deployment", "csi-topology", "csi-scheduler-extender"},
-			{"Service", "csi-topology", "csi-scheduler-extender"},
-			{"ServiceAccount", "csi-topology", "csi-topology-scheduler"},
-			{"ServiceAccount", "csi-topology", "csi-scheduler-extender"},
-			{"ConfigMap", "csi-topology", "mock-driver-config"},
-		}},
-	} {
-		t.Run(strings.ReplaceAll(tc.dir, "/", "_"), func(t *testing.T) {
-			objs := render(t, tc.dir)
+	all := discoverKustomizations(t, cluster.RepoRoot)
+	for dir := range wantObjects {
+		if _, ok := all[dir]; !ok {
+			t.Errorf("%s has no kustomization.yaml any more; update wantObjects", dir)
+		}
+	}
+	dirs := slices.Sorted(maps.Keys(all))
+	checked := map[string]bool{}
+	for _, dir := range dirs {
+		if all[dir].component {
+			continue
+		}
+		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+			objs := render(t, dir)
 			have := index(objs)
-			for _, w := range tc.want {
+			for _, w := range wantObjects[dir] {
 				if have[w] == nil {
-					t.Errorf("%s renders no %s %s/%s", tc.dir, w.kind, w.namespace, w.name)
+					t.Errorf("%s renders no %s %s/%s", dir, w.kind, w.namespace, w.name)
 				}
 			}
-			if tc.mock {
-				for _, o := range objs {
-					data, _ := yaml.Marshal(o.Object)
-					if m := placeholder.Find(data); m != nil {
-						t.Errorf("%s %s still names the placeholder %q", o.GetKind(), o.GetName(), m)
-					}
-				}
-				if d := have[kindName{"CSIDriver", "", "mock.csi.example.com"}]; d != nil {
-					if v, _, _ := unstructured.NestedBool(d.Object, "spec", "storageCapacity"); !v {
-						t.Error("CSIDriver without storageCapacity: true")
-					}
-				}
-			}
-			for _, o := range objs {
-				if o.GetKind() == "ConfigMap" && o.GetName() == "csi-topology-scheduler-config" {
-					cfg, _, _ := unstructured.NestedString(o.Object, "data", "config.yaml")
-					validateSchedulerConfig(t, tc.dir+" ConfigMap csi-topology-scheduler-config", []byte(cfg))
-				}
-			}
-			dryRun(t, ctx, objs)
+			// An overlay installs a real driver: nothing of the base's
+			// placeholder may remain.
+			checkRendered(t, ctx, dir, objs, strings.HasPrefix(dir, "deploy/kubernetes/overlays/"))
 		})
+		for d := range reachable(all, dir) {
+			checked[d] = true
+		}
+	}
+	for _, dir := range dirs {
+		if all[dir].component && !checked[dir] {
+			t.Errorf("component %s is included by no kustomization under deploy/kubernetes, so nothing renders it: add it to an overlay", dir)
+		}
+	}
+	if len(checked) == 0 {
+		t.Error("no kustomization found under deploy/kubernetes")
+	}
+}
+
+// checkRendered checks the rendered objects of what: no placeholder left
+// (when noPlaceholder), every CSIDriver with storage capacity, the
+// containers' security contexts as docs/install.md describes them, every
+// copy of the scheduler configuration valid and equal to the component's
+// but for the driver name; then it dry-runs them.
+func checkRendered(t *testing.T, ctx context.Context, what string, objs []*unstructured.Unstructured, noPlaceholder bool) {
+	t.Helper()
+	for _, o := range objs {
+		if noPlaceholder {
+			data, _ := yaml.Marshal(o.Object)
+			if m := placeholder.Find(data); m != nil {
+				t.Errorf("%s: %s %s still names the placeholder %q", what, o.GetKind(), o.GetName(), m)
+			}
+		}
+		switch o.GetKind() {
+		case "CSIDriver":
+			if v, _, _ := unstructured.NestedBool(o.Object, "spec", "storageCapacity"); !v {
+				t.Errorf("%s: CSIDriver %s without storageCapacity: true", what, o.GetName())
+			}
+		case "Deployment", "DaemonSet":
+			checkSecurityContexts(t, what, o)
+		case "ConfigMap":
+			if o.GetName() == "csi-topology-scheduler-config" {
+				cfg, _, _ := unstructured.NestedString(o.Object, "data", "config.yaml")
+				checkSchedulerConfigCopy(t, what+" ConfigMap csi-topology-scheduler-config", []byte(cfg))
+			}
+		}
+	}
+	dryRun(t, ctx, objs)
+}
+
+// checkSecurityContexts holds docs/install.md to its word: every container
+// drops all capabilities, cannot escalate its privileges and has a read-only
+// root file system, except the driver's node container, which mounts and is
+// privileged.
+func checkSecurityContexts(t *testing.T, what string, o *unstructured.Unstructured) {
+	t.Helper()
+	containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	for _, c := range containers {
+		c, _ := c.(map[string]any)
+		name, _, _ := unstructured.NestedString(c, "name")
+		sc, _, _ := unstructured.NestedMap(c, "securityContext")
+		if o.GetKind() == "DaemonSet" && o.GetName() == "csi-node" && name == "csi-driver" {
+			continue
+		}
+		drop, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "drop")
+		escalation, found, _ := unstructured.NestedBool(sc, "allowPrivilegeEscalation")
+		readOnly, _, _ := unstructured.NestedBool(sc, "readOnlyRootFilesystem")
+		privileged, _, _ := unstructured.NestedBool(sc, "privileged")
+		if !slices.Equal(drop, []string{"ALL"}) || !found || escalation || !readOnly || privileged {
+			t.Errorf("%s: container %s of %s %s: securityContext %v, want capabilities.drop [ALL], allowPrivilegeEscalation false, readOnlyRootFilesystem true",
+				what, name, o.GetKind(), o.GetName(), sc)
+		}
 	}
 }
 
