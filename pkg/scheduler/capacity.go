@@ -1,44 +1,171 @@
 package scheduler
 
 import (
+	"strings"
+
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
-// CapacitiesByClass indexes CSIStorageCapacity objects by storage class.
-const CapacitiesByClass = "scheduler/capacities-by-class"
+// Index names of a CSIStorageCapacity informer (see CapacityIndexers).
+const (
+	// CapacitiesBySegment indexes objects whose nodeTopology is matchLabels
+	// only by "<class>\x00<matchLabels as topology.Segment.String>".
+	CapacitiesBySegment = "scheduler/capacities-by-segment"
+	// CapacityKeySets indexes the same objects by "<class>\x00<sorted
+	// matchLabels keys, comma-separated>": the distinct key sets of a class,
+	// so that a lookup projects a node's labels onto each of them.
+	CapacityKeySets = "scheduler/capacity-key-sets"
+	// CapacitiesByExpression indexes objects whose nodeTopology has
+	// matchExpressions by class: the fallback list, matched one by one.
+	CapacitiesByExpression = "scheduler/capacities-by-expression"
+)
 
-// NewCapacitySource adds the class index to a CSIStorageCapacity informer
-// (before it starts) and returns a CapacitySource reading it.
+// CapacityIndexers are the indexes a CapacitySource reads; add them to a
+// CSIStorageCapacity informer before it starts.
+func CapacityIndexers() cache.Indexers {
+	return cache.Indexers{
+		CapacitiesBySegment: func(obj any) ([]string, error) {
+			if c, ok := matchLabelsOnly(obj); ok {
+				return []string{c.StorageClassName + "\x00" + topology.Segment(c.NodeTopology.MatchLabels).String()}, nil
+			}
+			return nil, nil
+		},
+		CapacityKeySets: func(obj any) ([]string, error) {
+			if c, ok := matchLabelsOnly(obj); ok {
+				return []string{c.StorageClassName + "\x00" + strings.Join(topology.Segment(c.NodeTopology.MatchLabels).Keys(), ",")}, nil
+			}
+			return nil, nil
+		},
+		CapacitiesByExpression: func(obj any) ([]string, error) {
+			if c, ok := obj.(*storagev1.CSIStorageCapacity); ok && c.NodeTopology != nil && len(c.NodeTopology.MatchExpressions) > 0 {
+				return []string{c.StorageClassName}, nil
+			}
+			return nil, nil
+		},
+	}
+}
+
+// matchLabelsOnly returns the object when its nodeTopology is a plain
+// matchLabels selector. A nil nodeTopology matches no node: not indexed.
+func matchLabelsOnly(obj any) (*storagev1.CSIStorageCapacity, bool) {
+	c, ok := obj.(*storagev1.CSIStorageCapacity)
+	if !ok || c.NodeTopology == nil || len(c.NodeTopology.MatchExpressions) > 0 {
+		return nil, false
+	}
+	return c, true
+}
+
+// NewCapacitySource adds CapacityIndexers to a CSIStorageCapacity informer
+// (before it starts) and returns a CapacitySource reading them.
 func NewCapacitySource(informer cache.SharedIndexInformer) (CapacitySource, error) {
-	err := informer.AddIndexers(cache.Indexers{CapacitiesByClass: func(obj any) ([]string, error) {
-		if c, ok := obj.(*storagev1.CSIStorageCapacity); ok {
-			return []string{c.StorageClassName}, nil
-		}
-		return nil, nil
-	}})
-	if err != nil {
+	if err := informer.AddIndexers(CapacityIndexers()); err != nil {
 		return nil, err
 	}
 	return indexedCapacities{informer.GetIndexer()}, nil
 }
 
+// indexedCapacities implements CapacitySource on an indexer with
+// CapacityIndexers.
 type indexedCapacities struct{ idx cache.Indexer }
 
-func (i indexedCapacities) ForClass(class string) ([]*storagev1.CSIStorageCapacity, error) {
-	objs, err := i.idx.ByIndex(CapacitiesByClass, class)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*storagev1.CSIStorageCapacity, 0, len(objs))
-	for _, o := range objs {
-		if c, ok := o.(*storagev1.CSIStorageCapacity); ok {
-			out = append(out, c)
+// Capacity implements CapacitySource: for each matchLabels key set of the
+// class, the node's labels projected onto it name the index entry to read;
+// then the class's matchExpressions objects are matched one by one.
+func (i indexedCapacities) Capacity(class string, nodeLabels map[string]string) (Capacity, bool) {
+	var best *storagev1.CSIStorageCapacity
+	consider := func(objs []any) {
+		for _, o := range objs {
+			if c, ok := o.(*storagev1.CSIStorageCapacity); ok && better(c, best) {
+				best = c
+			}
 		}
 	}
-	return out, nil
+	prefix := class + "\x00"
+	for _, v := range i.idx.ListIndexFuncValues(CapacityKeySets) {
+		keys, ok := strings.CutPrefix(v, prefix)
+		if !ok {
+			continue
+		}
+		seg, ok := project(nodeLabels, keys)
+		if !ok {
+			continue
+		}
+		objs, _ := i.idx.ByIndex(CapacitiesBySegment, prefix+seg)
+		consider(objs)
+	}
+	fallback, _ := i.idx.ByIndex(CapacitiesByExpression, class)
+	for _, o := range fallback {
+		c, ok := o.(*storagev1.CSIStorageCapacity)
+		if !ok {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(c.NodeTopology)
+		if err == nil && sel.Matches(labels.Set(nodeLabels)) && better(c, best) {
+			best = c
+		}
+	}
+	if best == nil {
+		return Capacity{}, false
+	}
+	out := Capacity{Object: best.Namespace + "/" + best.Name, Free: bytesOf(best)}
+	if best.MaximumVolumeSize != nil {
+		m := best.MaximumVolumeSize.Value()
+		out.MaxVolume = &m
+	}
+	return out, true
 }
 
+// project renders the node's labels for a comma-separated key set as
+// topology.Segment.String does, or false when a key is missing.
+func project(nodeLabels map[string]string, keys string) (string, bool) {
+	if keys == "" {
+		return "", true // an empty selector matches every node
+	}
+	var b strings.Builder
+	for i, k := range strings.Split(keys, ",") {
+		v, ok := nodeLabels[k]
+		if !ok {
+			return "", false
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(v)
+	}
+	return b.String(), true
+}
+
+// better orders matching objects: the largest capacity wins (as
+// VolumeBinding, any object that fits will do), then the smallest
+// namespace/name.
+func better(c, best *storagev1.CSIStorageCapacity) bool {
+	if best == nil {
+		return true
+	}
+	if a, b := bytesOf(c), bytesOf(best); a != b {
+		return a > b
+	}
+	if c.Namespace != best.Namespace {
+		return c.Namespace < best.Namespace
+	}
+	return c.Name < best.Name
+}
+
+func bytesOf(c *storagev1.CSIStorageCapacity) int64 {
+	if c.Capacity == nil {
+		return 0
+	}
+	return c.Capacity.Value()
+}
+
+// Version implements CapacitySource.
 func (i indexedCapacities) Version(key string) (string, bool) {
 	obj, ok, err := i.idx.GetByKey(key)
 	if err != nil || !ok {

@@ -9,8 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -25,13 +23,31 @@ const MaxScore = 100
 
 const annSelectedNode = "volume.kubernetes.io/selected-node"
 
-// CapacitySource returns the CSIStorageCapacity objects of a class, and the
-// resourceVersion of one object by "namespace/name" (false when it is not
-// known). An informer with an index by class implements it in O(objects of
-// the class).
+// CapacitySource is the read side of the published CSIStorageCapacity
+// objects that the Core depends upon. Implementations are safe for
+// concurrent use and own the objects they read (callers get copies of
+// what they need). NewCapacitySource implements it on an informer.
 type CapacitySource interface {
-	ForClass(class string) ([]*storagev1.CSIStorageCapacity, error)
+	// Capacity returns what the CSIStorageCapacity objects of class report
+	// for a node with these labels, false when none covers it. When several
+	// do, it chooses the one with the largest capacity (as VolumeBinding
+	// does, any object that fits will do), ties broken by the smallest
+	// namespace/name, so the answer never depends on listing order. Cost:
+	// independent of the number of segments (see NewCapacitySource).
+	Capacity(class string, nodeLabels map[string]string) (Capacity, bool)
+	// Version returns the resourceVersion of one object by
+	// "namespace/name", false when it is not known.
 	Version(key string) (string, bool)
+}
+
+// Capacity is what one CSIStorageCapacity object reports.
+type Capacity struct {
+	// Object is the object's "namespace/name".
+	Object string
+	// Free is its capacity in bytes (0 when unset).
+	Free int64
+	// MaxVolume is its maximumVolumeSize in bytes, nil when unset.
+	MaxVolume *int64
 }
 
 // Listers are the informer-backed reads of the Core.
@@ -51,6 +67,9 @@ type Config struct {
 	// ReservationTTL bounds how long a reservation lives without its claim
 	// being bound or released; default 5 minutes.
 	ReservationTTL time.Duration
+	// ScoreWeights weigh the parts of Score; the zero value means
+	// DefaultScoreWeights.
+	ScoreWeights ScoreWeights
 }
 
 // Core filters, scores and reserves nodes for pods with volumes of one
@@ -73,6 +92,12 @@ func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (
 	if cfg.ReservationTTL <= 0 {
 		cfg.ReservationTTL = 5 * time.Minute
 	}
+	if cfg.ScoreWeights == (ScoreWeights{}) {
+		cfg.ScoreWeights = DefaultScoreWeights()
+	}
+	if err := cfg.ScoreWeights.Validate(); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
 	c := &Core{cfg: cfg, l: l, counter: counter, ledger: NewLedger(cfg.ReservationTTL, now)}
 	c.ledger.SetSettledCheck(c.capacityCounts)
 	return c, nil
@@ -86,29 +111,28 @@ func (c *Core) Ledger() *Ledger { return c.ledger }
 
 // PendingClaim is an unbound delayed-binding claim of the driver.
 type PendingClaim struct {
+	// Claim is the informer's copy: read only.
 	Claim *v1.PersistentVolumeClaim
+	// Class is the claim's storage class, of the driver.
 	Class *storagev1.StorageClass
+	// Bytes is the claim's storage request.
 	Bytes int64
 }
 
 // PodVolumes are the volumes of the driver a pod uses. Computed once per
 // scheduling cycle (PreFilter) and read concurrently by Filter and Score.
 type PodVolumes struct {
-	Pod     string // namespace/name
+	// Pod is the pod's "namespace/name".
+	Pod string
+	// Pending are the unbound delayed-binding claims of the driver, each
+	// once.
 	Pending []PendingClaim
-	Bound   []*v1.PersistentVolume
+	// Bound are the PVs of the driver the pod's bound claims use.
+	Bound []*v1.PersistentVolume
 	// perClass sums the pending requests by class.
 	perClass map[string]int64
-}
-
-// owns reports whether a claim UID is one of the pod's pending claims.
-func (pv *PodVolumes) owns(uid types.UID) bool {
-	for _, p := range pv.Pending {
-		if p.Claim.UID == uid {
-			return true
-		}
-	}
-	return false
+	// own are the UIDs of the pending claims.
+	own []types.UID
 }
 
 // ErrClaimNotFound is returned when a pod uses a claim that does not exist.
@@ -118,8 +142,8 @@ var ErrClaimNotFound = errors.New("claim not found")
 // none and passes untouched.
 func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
 	var pv *PodVolumes
-	for _, vol := range pod.Spec.Volumes {
-		if vol.PersistentVolumeClaim == nil {
+	for i, vol := range pod.Spec.Volumes {
+		if vol.PersistentVolumeClaim == nil || usedBefore(pod.Spec.Volumes[:i], vol.PersistentVolumeClaim.ClaimName) {
 			continue
 		}
 		claim, err := c.l.Claims.PersistentVolumeClaims(pod.Namespace).Get(vol.PersistentVolumeClaim.ClaimName)
@@ -150,6 +174,7 @@ func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
 		size := claim.Spec.Resources.Requests[v1.ResourceStorage]
 		pv.Pending = append(pv.Pending, PendingClaim{Claim: claim, Class: class, Bytes: size.Value()})
 		pv.perClass[class.Name] += size.Value()
+		pv.own = append(pv.own, claim.UID)
 	}
 	if pv == nil || (len(pv.Pending) == 0 && len(pv.Bound) == 0) {
 		return nil, nil
@@ -157,15 +182,36 @@ func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
 	return pv, nil
 }
 
-// segment returns the node's segment key for the driver, or a Status.
-func (c *Core) segment(node *v1.Node) (string, *Status) {
+// usedBefore reports whether one of vols already names the claim: a pod
+// that mounts a claim twice uses it once.
+func usedBefore(vols []v1.Volume, claim string) bool {
+	for _, v := range vols {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
+			return true
+		}
+	}
+	return false
+}
+
+// driverKeys returns the driver's topology keys on the node, or a Status
+// when the driver is not registered there.
+func (c *Core) driverKeys(node *v1.Node) ([]string, *Status) {
 	csiNode, err := c.l.CSINodes.Get(node.Name)
 	if err != nil {
 		csiNode = nil
 	}
 	keys, err := topology.DriverKeys(csiNode, c.cfg.Driver)
 	if err != nil {
-		return "", unresolvable(ReasonDriverNotRegistered, "CSI driver %s is not registered on node %s", c.cfg.Driver, node.Name)
+		return nil, unresolvable(ReasonDriverNotRegistered, "CSI driver %s is not registered on node %s", c.cfg.Driver, node.Name)
+	}
+	return keys, nil
+}
+
+// segment returns the node's segment key for the driver, or a Status.
+func (c *Core) segment(node *v1.Node) (string, *Status) {
+	keys, st := c.driverKeys(node)
+	if st != nil {
+		return "", st
 	}
 	seg := topology.Segment{}
 	for _, k := range keys {
@@ -192,6 +238,10 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 		}
 	}
 	if len(pv.Pending) == 0 {
+		// Bound volumes only: the node must still be able to mount them.
+		if _, st := c.driverKeys(node); st != nil {
+			return st
+		}
 		return c.filterLimit(pv, node)
 	}
 	seg, st := c.segment(node)
@@ -209,110 +259,29 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 	return c.filterCapacity(pv, node, seg)
 }
 
-func (c *Core) filterLimit(pv *PodVolumes, node *v1.Node) *Status {
-	if c.counter == nil {
-		return nil
-	}
-	newVolumes := len(pv.Bound)
-	for _, p := range pv.Pending {
-		// A claim already selected for this node is counted by the node.
-		if p.Claim.Annotations[annSelectedNode] != node.Name {
-			newVolumes++
-		}
-	}
-	fits, usage, limit, err := c.counter.Fits(node.Name, newVolumes)
-	if err != nil {
-		return unresolvable(ReasonVolumeLimitExceeded, "counting volumes on node %s: %v", node.Name, err)
-	}
-	if !fits {
-		return &Status{Reason: ReasonVolumeLimitExceeded, Message: fmt.Sprintf(
-			"node %s has %d volumes of %s attached and %d pending, limit %d; the pod needs %d more",
-			node.Name, usage.Attached, c.cfg.Driver, usage.Pending, *limit, newVolumes)}
-	}
-	return nil
-}
-
-// capacityOf returns the free bytes the node's segment has for a class, and
-// whether any capacity object describes it.
-func (c *Core) capacityOf(class string, node *v1.Node) (int64, *int64, bool, error) {
-	caps, err := c.l.Capacities.ForClass(class)
-	if err != nil {
-		return 0, nil, false, err
-	}
-	for _, cap := range caps {
-		sel, err := metav1.LabelSelectorAsSelector(cap.NodeTopology)
-		if err != nil || cap.NodeTopology == nil || !sel.Matches(labels.Set(node.Labels)) {
-			continue
-		}
-		var free int64
-		if cap.Capacity != nil {
-			free = cap.Capacity.Value()
-		}
-		var max *int64
-		if cap.MaximumVolumeSize != nil {
-			m := cap.MaximumVolumeSize.Value()
-			max = &m
-		}
-		return free, max, true, nil
-	}
-	return 0, nil, false, nil
-}
-
 func (c *Core) filterCapacity(pv *PodVolumes, node *v1.Node, seg string) *Status {
 	if c.l.Capacities == nil {
 		return nil
 	}
 	for _, class := range sortedKeys(pv.perClass) {
-		free, max, known, err := c.capacityOf(class, node)
-		if err != nil || !known {
+		capa, known := c.l.Capacities.Capacity(class, node.Labels)
+		if !known {
 			continue // no capacity information: not checked
 		}
 		for _, p := range pv.Pending {
-			if p.Class.Name == class && max != nil && p.Bytes > *max {
+			if p.Class.Name == class && capa.MaxVolume != nil && p.Bytes > *capa.MaxVolume {
 				return unresolvable(ReasonInsufficientCapacity, "claim %s needs %d bytes, above the largest volume (%d) of class %s in segment %s",
-					p.Claim.Name, p.Bytes, *max, class, seg)
+					p.Claim.Name, p.Bytes, *capa.MaxVolume, class, seg)
 			}
 		}
 		need := pv.perClass[class]
-		reserved := c.ledger.Reserved(seg, class, pv.owns)
-		if need+reserved > free {
+		reserved := c.ledger.Reserved(seg, class, pv.own)
+		if need+reserved > capa.Free {
 			return unresolvable(ReasonInsufficientCapacity, "segment %s has %d bytes free for class %s, %d reserved in flight; the pod needs %d",
-				seg, free, class, reserved, need)
+				seg, capa.Free, class, reserved, need)
 		}
 	}
 	return nil
-}
-
-// Score rates a node that passed Filter from 0 to MaxScore: the fraction of
-// its segment's capacity left free after this pod's reservation, averaged
-// over the pod's classes. Nodes without capacity information score 0.
-func (c *Core) Score(pv *PodVolumes, node *v1.Node) int64 {
-	if pv == nil || len(pv.Pending) == 0 || c.l.Capacities == nil {
-		return 0
-	}
-	seg, st := c.segment(node)
-	if st != nil {
-		return 0
-	}
-	var sum float64
-	n := 0
-	for _, class := range sortedKeys(pv.perClass) {
-		free, _, known, err := c.capacityOf(class, node)
-		if err != nil || !known || free <= 0 {
-			n++
-			continue
-		}
-		left := free - c.ledger.Reserved(seg, class, pv.owns) - pv.perClass[class]
-		if left < 0 {
-			left = 0
-		}
-		sum += float64(left) / float64(free)
-		n++
-	}
-	if n == 0 {
-		return 0
-	}
-	return int64(sum / float64(n) * MaxScore)
 }
 
 // Reserve records the pod's pending claims in the node's segment.
@@ -325,7 +294,8 @@ func (c *Core) Reserve(pv *PodVolumes, node *v1.Node) {
 		return
 	}
 	for _, p := range pv.Pending {
-		c.ledger.Reserve(p.Claim.UID, pv.Pod, seg, p.Class.Name, p.Bytes)
+		c.ledger.Reserve(Request{UID: p.Claim.UID, Claim: p.Claim.Namespace + "/" + p.Claim.Name, Pod: pv.Pod,
+			Node: node.Name, Segment: seg, Class: p.Class.Name, Bytes: p.Bytes})
 	}
 }
 
@@ -386,7 +356,8 @@ func (c *Core) ObserveClaim(claim *v1.PersistentVolumeClaim, node *v1.Node) {
 		return
 	}
 	size := claim.Spec.Resources.Requests[v1.ResourceStorage]
-	c.ledger.Reserve(claim.UID, claim.Namespace+"/"+claim.Name, seg, class.Name, size.Value())
+	key := claim.Namespace + "/" + claim.Name
+	c.ledger.Reserve(Request{UID: claim.UID, Claim: key, Pod: key, Node: node.Name, Segment: seg, Class: class.Name, Bytes: size.Value()})
 }
 
 func sortedKeys(m map[string]int64) []string {

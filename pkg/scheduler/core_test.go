@@ -40,9 +40,7 @@ func newWorld(t testing.TB) *world {
 		capacities: cache.NewIndexer(cache.MetaNamespaceKeyFunc, ns()), pods: cache.NewIndexer(cache.MetaNamespaceKeyFunc, ns()),
 		attachments: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 	}
-	if err := w.capacities.AddIndexers(cache.Indexers{CapacitiesByClass: func(obj any) ([]string, error) {
-		return []string{obj.(*storagev1.CSIStorageCapacity).StorageClassName}, nil
-	}}); err != nil {
+	if err := w.capacities.AddIndexers(CapacityIndexers()); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -59,6 +57,11 @@ func (w *world) add(t testing.TB, s cache.Indexer, objs ...any) {
 
 func (w *world) core(t testing.TB, now func() time.Time) *Core {
 	t.Helper()
+	return w.coreWith(t, Config{Driver: driver}, now)
+}
+
+func (w *world) coreWith(t testing.TB, cfg Config, now func() time.Time) *Core {
+	t.Helper()
 	stores := limits.Stores{Pods: w.pods, Claims: w.claims, Attachments: w.attachments, Volumes: w.volumes,
 		Classes: w.classes, Nodes: w.nodes, CSINodes: w.csiNodes}
 	for name, idx := range map[string]cache.Indexer{limits.PodsByNode: w.pods, limits.ClaimsBySelectedNode: w.claims, limits.AttachmentsByNode: w.attachments} {
@@ -66,7 +69,7 @@ func (w *world) core(t testing.TB, now func() time.Time) *Core {
 			t.Fatalf("missing index %s", name)
 		}
 	}
-	c, err := New(Config{Driver: driver}, Listers{
+	c, err := New(cfg, Listers{
 		Claims:     corelisters.NewPersistentVolumeClaimLister(w.claims),
 		Volumes:    corelisters.NewPersistentVolumeLister(w.volumes),
 		Classes:    storagelisters.NewStorageClassLister(w.classes),
@@ -164,9 +167,9 @@ func TestFilter(t *testing.T) {
 	w := newWorld(t)
 	withCounterIndexes(t, w)
 	w.add(t, w.classes, class("fast"), class("z1only", "z1"))
-	w.add(t, w.nodes, node("n1", "z1"), node("n2", "z2"), node("bare", "z1"), node("nolabel", ""), node("limited", "z2"))
+	w.add(t, w.nodes, node("n1", "z1"), node("n2", "z2"), node("bare", "z1"), node("bare-z2", "z2"), node("nolabel", ""), node("limited", "z2"))
 	w.add(t, w.csiNodes, csiNode("n1", nil, driver), csiNode("n2", nil, driver), csiNode("nolabel", nil, driver),
-		csiNode("bare", nil, "other.example.com"), csiNode("limited", ptr.To[int32](1), driver))
+		csiNode("bare", nil, "other.example.com"), csiNode("bare-z2", nil, "other.example.com"), csiNode("limited", ptr.To[int32](1), driver))
 	w.add(t, w.capacities, capacity("fast", "z1", 20*gi), capacity("fast", "z2", 100*gi))
 	pending := claim("pending-on-limited", "fast", gi)
 	pending.Annotations = map[string]string{annSelectedNode: "limited"}
@@ -195,6 +198,8 @@ func TestFilter(t *testing.T) {
 		{name: "attach limit with a pending claim", pod: pod("p", "a"), node: node("limited", "z2"), want: ReasonVolumeLimitExceeded},
 		{name: "bound volume elsewhere", pod: pod("p", "bound"), node: node("n1", "z1"), want: ReasonVolumeNodeAffinityConflict, unresolvable: true},
 		{name: "bound volume here", pod: pod("p", "bound"), node: node("n2", "z2")},
+		{name: "bound volume only, driver not registered", pod: pod("p", "bound"), node: node("bare-z2", "z2"), want: ReasonDriverNotRegistered, unresolvable: true},
+		{name: "bound volume only, no CSINode", pod: pod("p", "bound"), node: node("no-csinode", "z2"), want: ReasonDriverNotRegistered, unresolvable: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -295,7 +300,7 @@ func TestReservationsAndScore(t *testing.T) {
 		t.Errorf("observed selected claim reserves %d, want %d", got, 8*gi)
 	}
 	c.Reserve(b, node("n2", "z2"))
-	c.Ledger().ReleasePod("ns/pb")
+	c.Ledger().ReleasePod("ns/pb", nil)
 	if c.Ledger().Len() != 0 {
 		t.Errorf("%d reservations left after bind and pod release", c.Ledger().Len())
 	}
