@@ -44,9 +44,17 @@ func (l *Lab) ClaimAndPod(t testing.TB, ctx context.Context, ns, class, name str
 	l.ClaimAndPodPreferring(t, ctx, ns, class, name, size, "kubernetes.io/hostname", preferNode)
 }
 
+// PodOption changes a pod of ClaimAndPodPreferring before it is created.
+type PodOption func(*v1.Pod)
+
+// ScheduledBy has the pod scheduled by the named scheduler profile.
+func ScheduledBy(scheduler string) PodOption {
+	return func(p *v1.Pod) { p.Spec.SchedulerName = scheduler }
+}
+
 // ClaimAndPodPreferring is ClaimAndPod with a preference (weight 100) for
 // nodes labelled key=value (none when value is empty).
-func (l *Lab) ClaimAndPodPreferring(t testing.TB, ctx context.Context, ns, class, name string, size int64, key, value string) {
+func (l *Lab) ClaimAndPodPreferring(t testing.TB, ctx context.Context, ns, class, name string, size int64, key, value string, opts ...PodOption) {
 	t.Helper()
 	c := l.Cluster.Client
 	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
@@ -65,6 +73,9 @@ func (l *Lab) ClaimAndPodPreferring(t testing.TB, ctx context.Context, ns, class
 		pod.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{
 			Weight: 100, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
 				{Key: key, Operator: v1.NodeSelectorOpIn, Values: []string{value}}}}}}}}
+	}
+	for _, o := range opts {
+		o(pod)
 	}
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
