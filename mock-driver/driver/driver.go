@@ -143,7 +143,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		defer admin.Close()
 	}
 	if d.cfg.HealthAddress != "" {
-		stopHealth, err := d.serveHealth(logger, path, errCh)
+		stopHealth, err := d.serveHealth(path, errCh)
 		if err != nil {
 			lis.Close()
 			return err

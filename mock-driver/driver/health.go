@@ -11,7 +11,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/klog/v2"
 )
 
 // healthProbeTimeout bounds the Probe call behind one GET /healthz; a
@@ -52,7 +51,7 @@ func healthHandler(serving func() bool, client prober) http.Handler {
 // goes through the driver's own socket, so it exercises the gRPC server, the
 // interceptor and any fault rule for Probe, exactly as a sidecar's would.
 // The returned function stops the endpoint; a serving error goes to errCh.
-func (d *Driver) serveHealth(logger klog.Logger, socket string, errCh chan<- error) (func(), error) {
+func (d *Driver) serveHealth(socket string, errCh chan<- error) (func(), error) {
 	conn, err := grpc.NewClient("unix:"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("health endpoint: connecting to %q: %w", socket, err)
@@ -75,7 +74,6 @@ func (d *Driver) serveHealth(logger klog.Logger, socket string, errCh chan<- err
 			errCh <- fmt.Errorf("serving the health endpoint: %w", err)
 		}
 	}()
-	logger.V(2).Info("Serving the health endpoint", "address", d.healthAddr)
 	return func() {
 		srv.Close()
 		conn.Close()
