@@ -39,6 +39,7 @@ type config struct {
 	kubeAPIQPS   float64
 	kubeAPIBurst int
 	ttl          time.Duration
+	weights      scheduler.ScoreWeights
 	showVersion  bool
 }
 
@@ -56,6 +57,10 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 20, "QPS of the API client.")
 	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 40, "Burst of the API client.")
 	fs.DurationVar(&c.ttl, "reservation-ttl", 5*time.Minute, "How long an observed selected-node reservation lives without its claim being bound.")
+	fs.Int64Var(&c.weights.FreeCapacity, "free-capacity-weight", scheduler.DefaultScoreWeights().FreeCapacity,
+		"Weight of the free capacity left in the node's segment in the node score.")
+	fs.Int64Var(&c.weights.VolumeHeadroom, "volume-headroom-weight", scheduler.DefaultScoreWeights().VolumeHeadroom,
+		"Weight of the attach slots left on the node in the node score.")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -68,6 +73,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.driver == "" {
 		return c, errors.New("--driver-name is required")
+	}
+	if err := c.weights.Validate(); err != nil {
+		return c, fmt.Errorf("--free-capacity-weight and --volume-headroom-weight: %w", err)
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") || (c.clientCA != "" && c.tlsCert == "") {
 		return c, errors.New("--tls-cert-file and --tls-private-key-file go together, and --client-ca-file needs them")
@@ -143,7 +151,8 @@ func run(ctx context.Context, cfg config) error {
 	}
 	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	// The ledger follows the selected-node annotations the scheduler writes.
-	core, err := scheduler.NewFromInformers(cfg.driver, cfg.ttl, factory, scheduler.ReserveSelected)
+	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl, ScoreWeights: cfg.weights},
+		factory, scheduler.ReserveSelected)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,6 @@
 package scheduler
 
 import (
-	"time"
-
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -24,12 +22,12 @@ const (
 	ReserveSelected
 )
 
-// NewFromInformers builds a Core for driver on the informers of factory
+// NewFromInformers builds a Core for cfg on the informers of factory
 // (before it starts): claims, PVs, classes, nodes, CSINodes, pods,
 // VolumeAttachments and CSIStorageCapacities, with the indexes the attach
 // limit count and the capacity lookup need, and claim event handlers that
 // keep the ledger in step as obs says.
-func NewFromInformers(driver string, ttl time.Duration, factory informers.SharedInformerFactory, obs ClaimObservation) (*Core, error) {
+func NewFromInformers(cfg Config, factory informers.SharedInformerFactory, obs ClaimObservation) (*Core, error) {
 	pods, claims := factory.Core().V1().Pods(), factory.Core().V1().PersistentVolumeClaims()
 	volumes, nodes := factory.Core().V1().PersistentVolumes(), factory.Core().V1().Nodes()
 	classes, csiNodes := factory.Storage().V1().StorageClasses(), factory.Storage().V1().CSINodes()
@@ -41,12 +39,12 @@ func NewFromInformers(driver string, ttl time.Duration, factory informers.Shared
 	if err != nil {
 		return nil, err
 	}
-	counter := limits.NewCounter(driver, limits.Stores{
+	counter := limits.NewCounter(cfg.Driver, limits.Stores{
 		Pods: pods.Informer().GetIndexer(), Claims: claims.Informer().GetIndexer(), Attachments: attachments.Informer().GetIndexer(),
 		Volumes: volumes.Informer().GetStore(), Classes: classes.Informer().GetStore(),
 		Nodes: nodes.Informer().GetStore(), CSINodes: csiNodes.Informer().GetStore(),
 	})
-	core, err := New(Config{Driver: driver, ReservationTTL: ttl}, Listers{
+	core, err := New(cfg, Listers{
 		Claims: claims.Lister(), Volumes: volumes.Lister(), Classes: classes.Lister(), CSINodes: csiNodes.Lister(), Capacities: capacities,
 	}, counter, nil)
 	if err != nil {

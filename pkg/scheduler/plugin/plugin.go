@@ -6,7 +6,6 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 )
@@ -34,6 +34,10 @@ type Args struct {
 	// Capacity turns the capacity filter and score on (default) or off
 	// (e.g. a driver without GET_CAPACITY, or capacity left to VolumeBinding).
 	Capacity *bool `json:"capacity,omitempty"`
+	// ScoreWeights weigh the free-capacity and attach-headroom parts of the
+	// score; a field left out keeps its default (freeCapacity 1,
+	// volumeHeadroom 0). Negative weights, or both 0, are an error.
+	ScoreWeights scheduler.ScoreWeights `json:"scoreWeights"`
 }
 
 // Plugin is the framework plugin. Safe for concurrent use.
@@ -50,13 +54,21 @@ var (
 	_ fwk.ReservePlugin   = &Plugin{}
 )
 
-// DecodeArgs reads the plugin's arguments from a scheduler configuration.
+// DecodeArgs reads the plugin's arguments from a scheduler configuration
+// (JSON, as kube-scheduler hands them over), strictly as the API server's
+// strict field validation does: field names are case-sensitive, and an
+// unknown or duplicated field is an error, so a mistyped argument never
+// silently falls back to its default.
 func DecodeArgs(obj runtime.Object) (Args, error) {
-	var args Args
+	args := Args{ScoreWeights: scheduler.DefaultScoreWeights()}
 	switch o := obj.(type) {
 	case nil:
 	case *runtime.Unknown:
-		if err := json.Unmarshal(o.Raw, &args); err != nil {
+		strictErrs, err := sigsjson.UnmarshalStrict(o.Raw, &args)
+		if err == nil {
+			err = errors.Join(strictErrs...)
+		}
+		if err != nil {
 			return args, fmt.Errorf("%s args: %w", Name, err)
 		}
 	default:
@@ -64,6 +76,9 @@ func DecodeArgs(obj runtime.Object) (Args, error) {
 	}
 	if args.DriverName == "" {
 		return args, fmt.Errorf("%s args: driverName is required", Name)
+	}
+	if err := args.ScoreWeights.Validate(); err != nil {
+		return args, fmt.Errorf("%s args: scoreWeights: %w", Name, err)
 	}
 	return args, nil
 }
@@ -79,14 +94,16 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if ttl <= 0 {
 		ttl = 5 * time.Minute
 	}
-	core, err := scheduler.NewFromInformers(args.DriverName, ttl, h.SharedInformerFactory(), scheduler.ReserveSelected)
+	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: ttl, ScoreWeights: args.ScoreWeights},
+		h.SharedInformerFactory(), scheduler.ReserveSelected)
 	if err != nil {
 		return nil, err
 	}
 	if args.Capacity != nil && !*args.Capacity {
 		core.IgnoreCapacity()
 	}
-	klog.FromContext(ctx).Info("CSITopology plugin ready", "driver", args.DriverName)
+	klog.FromContext(ctx).Info("CSITopology plugin ready", "driver", args.DriverName,
+		"freeCapacityWeight", args.ScoreWeights.FreeCapacity, "volumeHeadroomWeight", args.ScoreWeights.VolumeHeadroom)
 	return &Plugin{core: core, handle: h}, nil
 }
 
@@ -154,8 +171,9 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []f
 	return nil
 }
 
-// Score implements fwk.ScorePlugin: the share of the node's segment left
-// free after this pod, 0..MaxNodeScore.
+// Score implements fwk.ScorePlugin: scheduler.Core.Score (free capacity of
+// the node's segment and attach headroom, weighted by the scoreWeights
+// argument) rescaled to 0..MaxNodeScore.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
 	pv, ok := read(cs)
 	if !ok {

@@ -1,8 +1,12 @@
 package plugin
 
 import (
+	"os"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -13,6 +17,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	schedscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 )
@@ -42,16 +50,104 @@ type nodeInfo struct {
 func (n nodeInfo) Node() *v1.Node { return n.node }
 
 func TestDecodeArgs(t *testing.T) {
-	if a, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{"driverName":"d","reservationTTL":"2m"}`)}); err != nil || a.DriverName != "d" || a.ReservationTTL.Minutes() != 2 {
-		t.Errorf("DecodeArgs = %+v, %v", a, err)
+	defaults := scheduler.DefaultScoreWeights()
+	tests := []struct {
+		name    string
+		obj     runtime.Object
+		want    Args
+		wantErr string
+	}{
+		{name: "driver and TTL", obj: raw(`{"driverName":"d","reservationTTL":"2m"}`),
+			want: Args{DriverName: "d", ReservationTTL: metav1.Duration{Duration: 2 * time.Minute}, ScoreWeights: defaults}},
+		{name: "capacity off", obj: raw(`{"driverName":"d","capacity":false}`),
+			want: Args{DriverName: "d", Capacity: ptr.To(false), ScoreWeights: defaults}},
+		{name: "both weights", obj: raw(`{"driverName":"d","scoreWeights":{"freeCapacity":2,"volumeHeadroom":3}}`),
+			want: Args{DriverName: "d", ScoreWeights: scheduler.ScoreWeights{FreeCapacity: 2, VolumeHeadroom: 3}}},
+		{name: "a weight left out keeps its default", obj: raw(`{"driverName":"d","scoreWeights":{"volumeHeadroom":1}}`),
+			want: Args{DriverName: "d", ScoreWeights: scheduler.ScoreWeights{FreeCapacity: 1, VolumeHeadroom: 1}}},
+		{name: "headroom only", obj: raw(`{"driverName":"d","scoreWeights":{"freeCapacity":0,"volumeHeadroom":1}}`),
+			want: Args{DriverName: "d", ScoreWeights: scheduler.ScoreWeights{VolumeHeadroom: 1}}},
+		{name: "no args", obj: nil, wantErr: "driverName is required"},
+		{name: "malformed", obj: raw(`{`), wantErr: "CSITopology args"},
+		{name: "no driver", obj: raw(`{}`), wantErr: "driverName is required"},
+		{name: "unknown field", obj: raw(`{"driverName":"d","reservationTtl":"2m"}`), wantErr: "unknown field"},
+		{name: "unknown weight", obj: raw(`{"driverName":"d","scoreWeights":{"freeSpace":1}}`), wantErr: "unknown field"},
+		{name: "duplicated field", obj: raw(`{"driverName":"d","driverName":"e"}`), wantErr: "duplicate"},
+		{name: "negative weight", obj: raw(`{"driverName":"d","scoreWeights":{"volumeHeadroom":-1}}`), wantErr: "must not be negative"},
+		{name: "both weights zero", obj: raw(`{"driverName":"d","scoreWeights":{"freeCapacity":0}}`), wantErr: "both 0"},
+		{name: "another type", obj: &v1.Pod{}, wantErr: "unexpected type"},
 	}
-	if a, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{"driverName":"d","capacity":false}`)}); err != nil || a.Capacity == nil || *a.Capacity {
-		t.Errorf("DecodeArgs with capacity off = %+v, %v", a, err)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeArgs(tc.obj)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("DecodeArgs = %+v, %v; want an error with %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("DecodeArgs (-want +got):\n%s", diff)
+			}
+		})
 	}
-	for _, bad := range []runtime.Object{nil, &runtime.Unknown{Raw: []byte(`{`)}, &runtime.Unknown{Raw: []byte(`{}`)}} {
-		if _, err := DecodeArgs(bad); err == nil {
-			t.Errorf("DecodeArgs(%v) accepted", bad)
-		}
+}
+
+func raw(s string) runtime.Object {
+	return &runtime.Unknown{Raw: []byte(s), ContentType: runtime.ContentTypeJSON}
+}
+
+// The sample configurations in deploy/ show scoreWeights, and their
+// arguments decode as kube-scheduler hands them to New.
+func TestDeployedArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		path string
+	}{
+		{name: "plugin component", path: "../../../deploy/kubernetes/components/scheduler-plugin/config.yaml"},
+		{name: "mock overlay", path: "../../../deploy/kubernetes/overlays/mock/scheduler-config-patch.yaml"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := os.ReadFile(tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cm v1.ConfigMap
+			if err := yaml.Unmarshal(data, &cm); err != nil {
+				t.Fatal(err)
+			}
+			text := cm.Data["config.yaml"]
+			if !strings.Contains(text, "scoreWeights:") {
+				t.Errorf("%s does not show scoreWeights", tc.path)
+			}
+			obj, _, err := schedscheme.Codecs.UniversalDecoder().Decode([]byte(text), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, ok := obj.(*schedconfig.KubeSchedulerConfiguration)
+			if !ok {
+				t.Fatalf("decoded a %T", obj)
+			}
+			found := false
+			for _, p := range cfg.Profiles {
+				for _, pc := range p.PluginConfig {
+					if pc.Name != Name {
+						continue
+					}
+					found = true
+					if _, err := DecodeArgs(pc.Args); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no pluginConfig for %s", Name)
+			}
+		})
 	}
 }
 
