@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -60,7 +61,11 @@ type CapacityPublisher struct {
 	index      *topology.Index
 	classes    storagelisters.StorageClassLister
 	capacities storagelisters.CSIStorageCapacityLister
-	touched    chan string
+	// pending holds the segments touched since the last refresh; wake
+	// tells Run there are some (one signal stands for any number).
+	pendingMu sync.Mutex
+	pending   map[string]bool
+	wake      chan struct{}
 	// resync asks for a full sync (a class came or went); one pending
 	// request stands for any number.
 	resync  chan struct{}
@@ -78,27 +83,41 @@ func NewCapacityPublisher(cfg CapacityConfig, client kubernetes.Interface, csiCl
 		cfg.Timeout = 10 * time.Second
 	}
 	return &CapacityPublisher{cfg: cfg, client: client, csi: csiClient, index: index, classes: classes,
-		capacities: capacities, touched: make(chan string, 64), resync: make(chan struct{}, 1)}
+		capacities: capacities, pending: map[string]bool{}, wake: make(chan struct{}, 1), resync: make(chan struct{}, 1)}
 }
 
 // Touch asks for the segments of a volume's accessible topology to be
-// refreshed soon; it never blocks.
+// refreshed soon; it never blocks and never drops a segment: touches made
+// before Run gets to them collapse into one refresh per segment.
 func (p *CapacityPublisher) Touch(topologies []*csi.Topology) {
 	for _, t := range topologies {
-		select {
-		case p.touched <- topology.Segment(t.GetSegments()).String():
-		default: // a refresh is already pending; the poll catches the rest
-		}
+		p.TouchSegment(topology.Segment(t.GetSegments()).String())
 	}
 }
 
 // TouchSegment asks for one segment's objects to be made or refreshed soon
-// (a segment appeared); it never blocks.
+// (a segment appeared, or a volume in it was deleted); it never blocks.
 func (p *CapacityPublisher) TouchSegment(segment string) {
+	p.pendingMu.Lock()
+	p.pending[segment] = true
+	p.pendingMu.Unlock()
 	select {
-	case p.touched <- segment:
-	default:
+	case p.wake <- struct{}{}:
+	default: // Run has a wake-up pending and will see this segment too
 	}
+}
+
+// takePending returns the touched segments, sorted, and forgets them.
+func (p *CapacityPublisher) takePending() []string {
+	p.pendingMu.Lock()
+	defer p.pendingMu.Unlock()
+	out := make([]string, 0, len(p.pending))
+	for seg := range p.pending {
+		out = append(out, seg)
+	}
+	clear(p.pending)
+	sort.Strings(out)
+	return out
 }
 
 // TouchAll asks for a full sync soon (a class of the driver came, changed or
@@ -131,26 +150,33 @@ func (p *CapacityPublisher) Refresh(ctx context.Context, topologies []*csi.Topol
 	return versions, nil
 }
 
-// Run syncs every object now, then every PollInterval, on TouchAll, and for
-// touched segments, until ctx is done.
+// Run syncs every object now, then every PollInterval and on TouchAll, and
+// refreshes touched segments alone as they come, until ctx is done.
 func (p *CapacityPublisher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(p.cfg.PollInterval)
 	defer ticker.Stop()
+	full := true
 	for {
-		if err := p.Sync(ctx, ""); err != nil {
-			logger.Error(err, "Publishing storage capacity")
+		if full {
+			if err := p.Sync(ctx, ""); err != nil {
+				logger.Error(err, "Publishing storage capacity")
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-		case seg := <-p.touched:
-			if err := p.Sync(ctx, seg); err != nil {
-				logger.Error(err, "Refreshing storage capacity", "segment", seg)
-			}
-			continue
+			full = true
 		case <-p.resync:
+			full = true
+		case <-p.wake:
+			full = false
+			for _, seg := range p.takePending() {
+				if err := p.Sync(ctx, seg); err != nil {
+					logger.Error(err, "Refreshing storage capacity", "segment", seg)
+				}
+			}
 		}
 	}
 }

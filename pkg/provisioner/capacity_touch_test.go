@@ -1,0 +1,136 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+// countingCapacity records the zone of every GetCapacity call.
+type countingCapacity struct {
+	CapacityClient
+	mu    sync.Mutex
+	zones []string
+}
+
+func (c *countingCapacity) GetCapacity(ctx context.Context, in *csi.GetCapacityRequest, opts ...grpc.CallOption) (*csi.GetCapacityResponse, error) {
+	c.mu.Lock()
+	c.zones = append(c.zones, in.GetAccessibleTopology().GetSegments()[zoneKey])
+	c.mu.Unlock()
+	return c.CapacityClient.GetCapacity(ctx, in, opts...)
+}
+
+func (c *countingCapacity) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.zones
+	c.zones = nil
+	return out
+}
+
+// TestCapacityTouchRefreshesOnlyTouched: Run refreshes a touched segment
+// alone (no full sync of every segment and class after it), and touches
+// pile up without loss however many come before Run gets to them.
+func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mock, csiClient := startMock(t, ctx, nil)
+	counting := &countingCapacity{CapacityClient: csiClient}
+	client := fake.NewClientset(makeClass("wffc").StorageClass,
+		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	index := topology.NewIndex(testDriver)
+	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewCapacityPublisher(CapacityConfig{DriverName: testDriver, Namespace: "csi", PollInterval: time.Hour},
+		client, counting, index, factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory.Start(ictx.Done())
+	factory.WaitForCacheSync(ictx.Done())
+	cache.WaitForCacheSync(ictx.Done(), synced...)
+
+	// Before Run: 200 distinct touches are all kept, once each.
+	for i := 0; i < 200; i++ {
+		p.TouchSegment(fmt.Sprintf("seg-%03d", i))
+		p.TouchSegment(fmt.Sprintf("seg-%03d", i))
+	}
+	if got := len(p.takePending()); got != 200 {
+		t.Errorf("pending segments = %d, want 200", got)
+	}
+
+	go p.Run(ictx)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return len(capacities(t, ctx, client, "wffc")) == 2, nil
+	}); err != nil {
+		t.Fatalf("first full sync: %v", capacities(t, ctx, client, "wffc"))
+	}
+	_ = counting.take()
+	if err := mock.SetCapacity(map[string]string{"zone": "z1"}, 4*gi); err != nil {
+		t.Fatal(err)
+	}
+	p.Touch(zoneTopo("z1"))
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return capacities(t, ctx, client, "wffc")["z1"] == 4*gi, nil
+	}); err != nil {
+		t.Fatalf("z1 not refreshed after Touch: %v", capacities(t, ctx, client, "wffc"))
+	}
+	// Give a wrongly following full sync the time to show up.
+	p.TouchSegment(topology.Segment(zoneTopo("z1")[0].GetSegments()).String())
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		counting.mu.Lock()
+		defer counting.mu.Unlock()
+		return len(counting.zones) >= 2, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"z1", "z1"}, counting.take()); diff != "" {
+		t.Errorf("GetCapacity calls after two touches of z1 (-want +got):\n%s", diff)
+	}
+}
+
+// recordingCapacity records what Delete touches.
+type recordingCapacity struct{ touched []string }
+
+func (r *recordingCapacity) Touch(ts []*csi.Topology) {
+	for _, t := range ts {
+		r.touched = append(r.touched, topology.Segment(t.GetSegments()).String())
+	}
+}
+
+func (r *recordingCapacity) Refresh(context.Context, []*csi.Topology, string) (map[string]string, error) {
+	return nil, nil
+}
+
+// TestDeleteTouchesCapacity: deleting a volume asks for its segment's
+// capacity to be refreshed, read back from the PV's node affinity.
+func TestDeleteTouchesCapacity(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones})
+	pv, _, err := e.provision(t, makePVC("data", "fast").withSelectedNode("n2").PersistentVolumeClaim, makeClass("fast").StorageClass, makeNode("n2", "z2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingCapacity{}
+	e.p.deps.Capacity = rec
+	if err := e.p.Delete(e.ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{topology.Segment(zoneTopo("z2")[0].GetSegments()).String()}
+	if diff := cmp.Diff(want, rec.touched); diff != "" {
+		t.Errorf("touched segments (-want +got):\n%s", diff)
+	}
+}
