@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -86,7 +87,11 @@ func TestVolumeLimits(t *testing.T) {
 	}
 
 	// Restart with one reserved volume: the count drops to 1, one entry.
-	if err := env.StartPublisher(ctx, node, "--reserved-volumes=1", "--resync-period=500ms", "-v=4"); err != nil {
+	addr, err := lab.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartPublisher(ctx, node, "--reserved-volumes=1", "--resync-period=500ms", "-v=4", "--http-endpoint="+addr); err != nil {
 		t.Fatal(err)
 	}
 	rv := waitCount(t, ctx, node, 1)
@@ -102,6 +107,31 @@ func TestVolumeLimits(t *testing.T) {
 	entries, now, err := ourEntries(ctx, node)
 	if err != nil || len(entries) != 1 || now != rv {
 		t.Errorf("after resyncs: %d entries, resourceVersion %s -> %s (%v); want one entry and no writes", len(entries), rv, now, err)
+	}
+
+	// Issue 6: the publisher's own metrics tell the same story: driver up,
+	// count 1, the first publish and at least four resyncs, no error, no
+	// collision.
+	m := scrape(t, ctx, "http://"+addr+"/metrics")
+	for _, c := range []struct {
+		metric string
+		labels map[string]string
+		want   float64
+	}{
+		{"csi_node_publisher_driver_up", nil, 1},
+		{"csi_node_publisher_allocatable_count", nil, 1},
+		{"csi_node_publisher_publish_total", map[string]string{"result": "error"}, 0},
+		{"csi_node_publisher_label_collisions_total", nil, 0},
+	} {
+		if got := value(m, c.metric, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
+		}
+	}
+	if got := value(m, "csi_node_publisher_publish_total", map[string]string{"result": "success"}); got < 5 {
+		t.Errorf("csi_node_publisher_publish_total{result=success} = %v, want at least 5 (the publish and four resyncs)", got)
+	}
+	if got := httpStatus(ctx, "http://"+addr+"/healthz"); got != http.StatusOK {
+		t.Errorf("publisher /healthz = %d, want 200", got)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,10 +35,13 @@ extenders:
 `
 
 var (
-	env      *lab.Lab
-	client   kubernetes.Interface
-	addr     string
-	extender *controlplane.Process
+	env    *lab.Lab
+	client kubernetes.Interface
+	addr   string
+	// healthAddr is the extender's --http-endpoint (plain /healthz and
+	// /metrics).
+	healthAddr string
+	extender   *controlplane.Process
 	// extenderKubeconfig acts as the extender's ServiceAccount, under the
 	// RBAC of deploy/kubernetes/components/scheduler-extender.
 	extenderKubeconfig string
@@ -51,6 +55,10 @@ func TestMain(m *testing.M) {
 	}
 	addr = ln.Addr().String()
 	ln.Close()
+	if healthAddr, err = lab.FreeAddr(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	os.Exit(controlplane.RunTestMain(m, controlplane.Options{SchedulerConfig: fmt.Sprintf(schedulerConfig, addr, true)},
 		func(ctx context.Context, c *controlplane.Cluster) error {
 			var err error
@@ -69,19 +77,28 @@ func TestMain(m *testing.M) {
 		}))
 }
 
-// startExtender runs csi-scheduler-extender on addr and waits for /healthz.
+// startExtender runs csi-scheduler-extender on addr (and healthAddr) and
+// waits for /healthz.
 func startExtender(ctx context.Context) error {
 	p, err := env.Cluster.StartProcess("csi-scheduler-extender", filepath.Join(env.BinDir, "csi-scheduler-extender"),
-		[]string{"--driver-name=" + lab.DriverName, "--kubeconfig=" + extenderKubeconfig, "--listen=" + addr, "-v=4"}, nil)
+		[]string{"--driver-name=" + lab.DriverName, "--kubeconfig=" + extenderKubeconfig, "--listen=" + addr,
+			"--http-endpoint=" + healthAddr, "-v=4"}, nil)
 	if err != nil {
 		return err
 	}
 	extender = p
-	return env.Cluster.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
-		conn, err := net.Dial("tcp", addr)
-		if err == nil {
-			conn.Close()
+	// Ready when its plain-HTTP /healthz answers (the informers have synced
+	// before it listens).
+	return env.Cluster.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+healthAddr+"/healthz", nil)
+		if err != nil {
+			return false, err
 		}
-		return err == nil, nil
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
 	})
 }

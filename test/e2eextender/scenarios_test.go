@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
@@ -43,6 +44,10 @@ func TestExtenderFiltersNodeWithoutDriver(t *testing.T) {
 	t.Cleanup(func() {
 		_ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), "node-bare", metav1.DeleteOptions{})
 	})
+	// The extender's own metrics, on its plain --http-endpoint, count what
+	// it did: every filter call of these pods saw node-bare (a small
+	// cluster: the scheduler sends every feasible node) and rejected it.
+	before := scrapeExtender(t, ctx)
 	for i := 0; i < 3; i++ {
 		claimAndPod(t, ctx, ns, fmt.Sprintf("app-%d", i), "node-bare")
 	}
@@ -51,20 +56,32 @@ func TestExtenderFiltersNodeWithoutDriver(t *testing.T) {
 			t.Errorf("app-%d placed on the node without the driver", i)
 		}
 	}
-	// The extender's own metrics count what it did.
-	m, err := lab.Scrape(ctx, "http://"+addr+"/metrics")
+	after := scrapeExtender(t, ctx)
+	delta := func(metric string, labels map[string]string) float64 {
+		return lab.MetricValue(after, metric, labels) - lab.MetricValue(before, metric, labels)
+	}
+	filters := delta("csi_scheduler_extender_requests_total", map[string]string{"verb": "filter", "code": "200"})
+	if filters < 3 {
+		t.Errorf("requests_total{filter,200} grew by %v, want at least 3 (one per pod)", filters)
+	}
+	if got := delta("csi_scheduler_extender_rejected_nodes_total", map[string]string{"reason": "CSIDriverNotRegistered"}); got != filters {
+		t.Errorf("rejected_nodes_total{CSIDriverNotRegistered} grew by %v, want %v (node-bare once per filter call)", got, filters)
+	}
+	if got := delta("csi_scheduler_extender_request_duration_seconds_count", map[string]string{"verb": "filter"}); got != filters {
+		t.Errorf("request_duration_seconds_count{filter} grew by %v, want %v", got, filters)
+	}
+	if got := delta("csi_scheduler_extender_requests_total", map[string]string{"code": "400"}); got != 0 {
+		t.Errorf("requests_total{code=400} grew by %v, want 0", got)
+	}
+}
+
+func scrapeExtender(t *testing.T, ctx context.Context) testutil.Metrics {
+	t.Helper()
+	m, err := lab.Scrape(ctx, "http://"+healthAddr+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := lab.MetricValue(m, "csi_scheduler_extender_rejected_nodes_total", map[string]string{"reason": "CSIDriverNotRegistered"}); got < 3 {
-		t.Errorf("rejected_nodes_total{CSIDriverNotRegistered} = %v, want at least 3 (one per pod)", got)
-	}
-	if got := lab.MetricValue(m, "csi_scheduler_extender_requests_total", map[string]string{"verb": "filter", "code": "200"}); got < 3 {
-		t.Errorf("requests_total{filter,200} = %v, want at least 3", got)
-	}
-	if got := lab.MetricValue(m, "csi_scheduler_extender_request_duration_seconds_count", map[string]string{"verb": "filter"}); got < 3 {
-		t.Errorf("request_duration_seconds_count{filter} = %v, want at least 3", got)
-	}
+	return m
 }
 
 // Issue 5, scenario 5: with `ignorable: true`, pods are still scheduled
