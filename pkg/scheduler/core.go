@@ -335,16 +335,23 @@ func (c *Core) capacityCounts(volume string) bool {
 // ObserveClaim keeps the ledger in step with a claim (fed from claim
 // events): a bound claim's reservation lasts until the published capacity
 // counts its volume (Ledger.Settle); one without selected-node holds no
-// reservation; with obs ReserveSelected, an unbound claim of the driver
-// with selected-node set reserves its request in that node's segment. node
-// is the selected node, nil when unknown.
+// reservation; an unbound claim of the driver with selected-node set
+// reserves its request in that node's segment. node is the selected node,
+// nil when unknown: then a reservation on another node ends, and one on
+// the selected node stays (a Node or CSINode event may have made it while
+// this claim event was handled).
 func (c *Core) ObserveClaim(claim *v1.PersistentVolumeClaim, node *v1.Node) {
 	if claim.Spec.VolumeName != "" {
 		c.ledger.Settle(claim.UID, claim.Spec.VolumeName)
 		return
 	}
-	if claim.Annotations[annSelectedNode] == "" || node == nil || claim.Spec.StorageClassName == nil {
+	selected := claim.Annotations[annSelectedNode]
+	if selected == "" || claim.Spec.StorageClassName == nil {
 		c.ledger.Release(claim.UID)
+		return
+	}
+	if node == nil {
+		c.ledger.ReleaseUnlessOn(claim.UID, selected)
 		return
 	}
 	class, err := c.l.Classes.Get(*claim.Spec.StorageClassName)

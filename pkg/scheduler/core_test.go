@@ -369,3 +369,33 @@ func TestIgnoreCapacity(t *testing.T) {
 		t.Errorf("score with capacity ignored = %d, want 0", s)
 	}
 }
+
+// A claim event whose selected node is not known (yet) keeps a reservation
+// on that node and ends one on another node.
+func TestObserveClaimUnknownNode(t *testing.T) {
+	tests := []struct {
+		name     string
+		reserved string // node the claim is reserved on first
+		want     int
+	}{
+		{name: "reserved on the selected node", reserved: "n1", want: 1},
+		{name: "reserved on another node", reserved: "n2", want: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			withCounterIndexes(t, w)
+			w.add(t, w.classes, class("fast"))
+			w.add(t, w.csiNodes, csiNode("n1", nil, driver), csiNode("n2", nil, driver))
+			c := w.core(t, nil)
+			sel := claim("s", "fast", gi)
+			sel.Annotations = map[string]string{annSelectedNode: "n1"}
+			zone := map[string]string{"n1": "z1", "n2": "z2"}[tc.reserved]
+			c.ObserveClaim(sel, node(tc.reserved, zone))
+			c.ObserveClaim(sel, nil)
+			if got := c.Ledger().Len(); got != tc.want {
+				t.Errorf("%d reservations, want %d", got, tc.want)
+			}
+		})
+	}
+}

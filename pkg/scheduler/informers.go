@@ -1,8 +1,13 @@
 package scheduler
 
 import (
+	"maps"
+
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
@@ -25,8 +30,21 @@ const (
 // NewFromInformers builds a Core for cfg on the informers of factory
 // (before it starts): claims, PVs, classes, nodes, CSINodes, pods,
 // VolumeAttachments and CSIStorageCapacities, with the indexes the attach
-// limit count and the capacity lookup need, and claim event handlers that
-// keep the ledger in step as obs says.
+// limit count and the capacity lookup need, and event handlers that keep
+// the ledger in step:
+//   - claim events, as obs says; a claim's reservation ends when it is
+//     deleted or loses its selected-node annotation (not on other updates of
+//     a claim without one: the plugin reserves claims before the annotation
+//     is written);
+//   - a deleted pod's reservations end, except those of claims that are
+//     selected for a node or bound in the claim informer (csi-provisioner
+//     still provisions them; their claim events end them);
+//   - with ReserveSelected, a Node added (or relabelled) and a CSINode added
+//     or updated re-observe the claims selected for that node, and a
+//     StorageClass of the driver added re-observes the selected claims of
+//     that class, so a claim seen before its node, CSINode or class (at
+//     start-up the informers fill in any order) is reserved once they are
+//     known.
 func NewFromInformers(cfg Config, factory informers.SharedInformerFactory, obs ClaimObservation) (*Core, error) {
 	pods, claims := factory.Core().V1().Pods(), factory.Core().V1().PersistentVolumeClaims()
 	volumes, nodes := factory.Core().V1().PersistentVolumes(), factory.Core().V1().Nodes()
@@ -50,30 +68,164 @@ func NewFromInformers(cfg Config, factory informers.SharedInformerFactory, obs C
 	if err != nil {
 		return nil, err
 	}
-	observe := func(obj any) {
-		claim, ok := obj.(*v1.PersistentVolumeClaim)
-		if !ok {
-			return
-		}
-		var node *v1.Node
-		if obs == ReserveSelected {
-			node, _ = nodes.Lister().Get(claim.Annotations[annSelectedNode])
-		} else if claim.Spec.VolumeName == "" && claim.Annotations[annSelectedNode] != "" {
-			return // the plugin's own Reserve holds it
-		}
-		core.ObserveClaim(claim, node)
+	h := handlers{core: core, obs: obs, nodes: nodes.Lister(), claims: claims.Lister(), selected: claims.Informer().GetIndexer()}
+	if _, err := claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { h.claimChanged(nil, obj) },
+		UpdateFunc: h.claimChanged,
+		DeleteFunc: h.claimDeleted,
+	}); err != nil {
+		return nil, err
 	}
-	_, err = claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    observe,
-		UpdateFunc: func(_, obj any) { observe(obj) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
-				core.Ledger().Release(c.UID)
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: h.podDeleted}); err != nil {
+		return nil, err
+	}
+	if obs != ReserveSelected {
+		return core, nil
+	}
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: h.nodeAdded,
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*v1.Node)
+			n, ok2 := obj.(*v1.Node)
+			if ok1 && ok2 && !maps.Equal(o.Labels, n.Labels) {
+				h.nodeAdded(obj)
 			}
 		},
-	})
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := csiNodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    h.csiNodeChanged,
+		UpdateFunc: func(_, obj any) { h.csiNodeChanged(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	_, err = classes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: h.classAdded})
 	return core, err
+}
+
+// handlers are the informer event handlers of NewFromInformers.
+type handlers struct {
+	core   *Core
+	obs    ClaimObservation
+	nodes  corelisters.NodeLister
+	claims corelisters.PersistentVolumeClaimLister
+	// selected is the claim indexer with limits.ClaimsBySelectedNode.
+	selected cache.Indexer
+}
+
+// claimChanged handles a claim's add (old nil) or update. An unbound claim
+// without a selected node ends its reservation only if it just lost the
+// annotation.
+func (h handlers) claimChanged(oldObj, obj any) {
+	claim, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	if claim.Spec.VolumeName == "" && claim.Annotations[annSelectedNode] == "" {
+		if old, ok := oldObj.(*v1.PersistentVolumeClaim); ok && old.Annotations[annSelectedNode] != "" {
+			h.core.Ledger().Release(claim.UID)
+		}
+		return
+	}
+	h.observe(claim)
+}
+
+// observe feeds a bound claim, or one with a selected node, to the ledger
+// as h.obs says.
+func (h handlers) observe(obj any) {
+	claim, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	var node *v1.Node
+	if h.obs == ReserveSelected {
+		node, _ = h.nodes.Get(claim.Annotations[annSelectedNode])
+	} else if claim.Spec.VolumeName == "" && claim.Annotations[annSelectedNode] != "" {
+		return // the plugin's own Reserve holds it
+	}
+	h.core.ObserveClaim(claim, node)
+}
+
+func (h handlers) claimDeleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
+		h.core.Ledger().Release(c.UID)
+	}
+}
+
+// podDeleted ends the pod's reservations but those of claims the claim
+// informer has selected for a node or bound: csi-provisioner provisions an
+// annotated claim whether or not its pod still exists, so its storage stays
+// reserved until the claim binds (and the capacity counts it) or loses the
+// annotation.
+func (h handlers) podDeleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	var keep map[types.UID]bool
+	for _, vol := range pod.Spec.Volumes {
+		if vol.PersistentVolumeClaim == nil {
+			continue
+		}
+		claim, err := h.claims.PersistentVolumeClaims(pod.Namespace).Get(vol.PersistentVolumeClaim.ClaimName)
+		if err != nil || (claim.Annotations[annSelectedNode] == "" && claim.Spec.VolumeName == "") {
+			continue
+		}
+		if keep == nil {
+			keep = map[types.UID]bool{}
+		}
+		keep[claim.UID] = true
+	}
+	h.core.Ledger().ReleasePod(pod.Namespace+"/"+pod.Name, func(uid types.UID) bool { return keep[uid] })
+}
+
+func (h handlers) nodeAdded(obj any) {
+	if n, ok := obj.(*v1.Node); ok {
+		h.reobserve(n.Name)
+	}
+}
+
+func (h handlers) csiNodeChanged(obj any) {
+	if n, ok := obj.(*storagev1.CSINode); ok {
+		h.reobserve(n.Name)
+	}
+}
+
+// classAdded re-observes the selected claims of a class of the driver:
+// cost O(claims selected for any node); classes are added rarely.
+func (h handlers) classAdded(obj any) {
+	class, ok := obj.(*storagev1.StorageClass)
+	if !ok || class.Provisioner != h.core.cfg.Driver {
+		return
+	}
+	for _, node := range h.selected.ListIndexFuncValues(limits.ClaimsBySelectedNode) {
+		objs, err := h.selected.ByIndex(limits.ClaimsBySelectedNode, node)
+		if err != nil {
+			continue
+		}
+		for _, obj := range objs {
+			if c, ok := obj.(*v1.PersistentVolumeClaim); ok && c.Spec.StorageClassName != nil && *c.Spec.StorageClassName == class.Name {
+				h.observe(c)
+			}
+		}
+	}
+}
+
+// reobserve observes again the unbound claims selected for a node: cost
+// O(claims selected for it).
+func (h handlers) reobserve(node string) {
+	objs, err := h.selected.ByIndex(limits.ClaimsBySelectedNode, node)
+	if err != nil {
+		return
+	}
+	for _, obj := range objs {
+		h.observe(obj)
+	}
 }

@@ -160,6 +160,15 @@ func (l *Ledger) Release(claim types.UID) {
 	l.releaseLocked(claim)
 }
 
+// ReleaseUnlessOn ends a claim's reservation unless it is on node.
+func (l *Ledger) ReleaseUnlessOn(claim types.UID, node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.claims[claim]; ok && r.Node != node {
+		l.releaseLocked(claim)
+	}
+}
+
 // ReleasePod ends the reservations pod made, except those of claims keep
 // reports (keep may be nil; it runs under the ledger's lock and must not
 // call the ledger). Cost: the pod's reservations.
