@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -303,46 +302,6 @@ func TestReservationsAndScore(t *testing.T) {
 	c.Ledger().ReleasePod("ns/pb", nil)
 	if c.Ledger().Len() != 0 {
 		t.Errorf("%d reservations left after bind and pod release", c.Ledger().Len())
-	}
-}
-
-// BenchmarkFilter filters one node for a pod with two pending claims in a
-// cluster of 5 000 nodes and 50 000 bound PVs.
-func BenchmarkFilter(b *testing.B) {
-	w := newWorld(b)
-	withCounterIndexes(b, w)
-	w.add(b, w.classes, class("fast"))
-	for z := 0; z < 10; z++ {
-		w.add(b, w.capacities, capacity("fast", fmt.Sprintf("z%d", z), 1<<50))
-	}
-	for n := 0; n < 5000; n++ {
-		name := fmt.Sprintf("node-%d", n)
-		w.add(b, w.nodes, node(name, fmt.Sprintf("z%d", n%10)))
-		w.add(b, w.csiNodes, csiNode(name, ptr.To[int32](100), driver))
-		for i := 0; i < 10; i++ {
-			id := fmt.Sprintf("%d-%d", n, i)
-			w.add(b, w.volumes, &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + id}, Spec: v1.PersistentVolumeSpec{
-				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: id}}}})
-			cl := claim("c-"+id, "fast", gi)
-			cl.Spec.VolumeName = "pv-" + id
-			w.add(b, w.claims, cl)
-			p := pod("p-"+id, "c-"+id)
-			p.Spec.NodeName = name
-			w.add(b, w.pods, p)
-		}
-	}
-	w.add(b, w.claims, claim("new-1", "fast", gi), claim("new-2", "fast", gi))
-	c := w.core(b, nil)
-	pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	target := node("node-2500", "z0")
-	b.ReportAllocs()
-	for b.Loop() {
-		if st := c.Filter(pv, target); st != nil {
-			b.Fatal(st)
-		}
 	}
 }
 

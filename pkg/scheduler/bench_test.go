@@ -1,0 +1,119 @@
+package scheduler
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// nodeKey is the topology key of node-local segments.
+const nodeKey = "topology.mock.csi.example.com/node"
+
+// benchNodes, benchVolumesPerNode and benchReservations size the
+// benchmarks: 5 000 nodes with a segment and a capacity object each, 50 000
+// bound PVs with their claims and pods, and 1 000 reservations in flight in
+// the target node's bucket.
+const (
+	benchNodes          = 5000
+	benchVolumesPerNode = 10
+	benchReservations   = 1000
+)
+
+// benchWorld builds the cluster of the benchmarks. Every node has the
+// attach limit 2 000 so that the reservations in flight fit.
+func benchWorld(b *testing.B) *world {
+	b.Helper()
+	w := newWorld(b)
+	withCounterIndexes(b, w)
+	w.add(b, w.classes, class("fast"))
+	for n := 0; n < benchNodes; n++ {
+		name := fmt.Sprintf("node-%d", n)
+		w.add(b, w.nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodeKey: name}}})
+		w.add(b, w.csiNodes, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+			Name: driver, NodeID: name, TopologyKeys: []string{nodeKey}, Allocatable: &storagev1.VolumeNodeResources{Count: ptr.To[int32](2000)}}}}})
+		w.add(b, w.capacities, &storagev1.CSIStorageCapacity{
+			ObjectMeta:       metav1.ObjectMeta{Namespace: "csi", Name: "fast-" + name},
+			StorageClassName: "fast",
+			NodeTopology:     &metav1.LabelSelector{MatchLabels: map[string]string{nodeKey: name}},
+			Capacity:         resource.NewQuantity(1<<50, resource.BinarySI),
+		})
+		for i := 0; i < benchVolumesPerNode; i++ {
+			id := fmt.Sprintf("%d-%d", n, i)
+			w.add(b, w.volumes, csiVolume("pv-"+id, id))
+			w.add(b, w.claims, boundClaim("c-"+id, "pv-"+id))
+			p := pod("p-"+id, "c-"+id)
+			p.Spec.NodeName = name
+			w.add(b, w.pods, p)
+		}
+	}
+	w.add(b, w.claims, claim("new-1", "fast", gi), claim("new-2", "fast", gi))
+	return w
+}
+
+// benchCores returns, over one world, a Core without reservations and one
+// with benchReservations of other pods in flight in the target node's
+// bucket, and the target node.
+func benchCores(b *testing.B) (map[string]*Core, *v1.Node) {
+	b.Helper()
+	w := benchWorld(b)
+	target := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2500", Labels: map[string]string{nodeKey: "node-2500"}}}
+	weights := ScoreWeights{FreeCapacity: 1, VolumeHeadroom: 1}
+	idle := w.coreWith(b, Config{Driver: driver, ScoreWeights: weights}, nil)
+	busy := w.coreWith(b, Config{Driver: driver, ScoreWeights: weights}, nil)
+	for i := 0; i < benchReservations; i++ {
+		busy.Ledger().Reserve(Request{UID: types.UID(fmt.Sprintf("r-%d", i)), Claim: fmt.Sprintf("ns/r-%d", i), Pod: fmt.Sprintf("ns/rp-%d", i),
+			Node: target.Name, Segment: nodeKey + "=" + target.Name, Class: "fast", Bytes: gi})
+	}
+	return map[string]*Core{"reservations=0": idle, fmt.Sprintf("reservations=%d", benchReservations): busy}, target
+}
+
+// BenchmarkFilter filters one node for a pod with two pending claims in a
+// cluster of 5 000 nodes (node-local segments, one capacity object each)
+// and 50 000 bound PVs, without and with 1 000 reservations in flight in
+// the node's bucket: driver keys, allowedTopologies, attach limit (with the
+// reservations on the node), capacity minus reservations.
+func BenchmarkFilter(b *testing.B) {
+	cores, target := benchCores(b)
+	for _, name := range []string{"reservations=0", fmt.Sprintf("reservations=%d", benchReservations)} {
+		c := cores[name]
+		pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if st := c.Filter(pv, target); st != nil {
+					b.Fatal(st)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkScore scores the same node for the same pod with both score
+// weights 1 (free capacity and attach headroom).
+func BenchmarkScore(b *testing.B) {
+	cores, target := benchCores(b)
+	for _, name := range []string{"reservations=0", fmt.Sprintf("reservations=%d", benchReservations)} {
+		c := cores[name]
+		pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if s := c.Score(pv, target); s <= 0 {
+					b.Fatalf("score %d", s)
+				}
+			}
+		})
+	}
+}
