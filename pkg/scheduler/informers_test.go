@@ -83,25 +83,28 @@ func (e *informerEnv) waitReserved(ctx context.Context, t *testing.T, zone strin
 	}
 }
 
-// TestNewFromInformers checks the event handlers: claim, pod, Node and
-// CSINode events end or make reservations.
-func TestNewFromInformers(t *testing.T) {
+// informerCase is one case of the NewFromInformers tests.
+type informerCase struct {
+	name string
+	obs  ClaimObservation
+	objs []runtime.Object
+	// reserve reserves pod "p" (claims a and b) on n1 after start-up.
+	reserve bool
+	// noClass starts without the class "fast".
+	noClass bool
+	// before is what zone z1 reserves before act.
+	before int64
+	act    func(ctx context.Context, c kubernetes.Interface) error
+	// after is what zone z1 reserves once act's events are handled.
+	after int64
+}
+
+// TestNewFromInformersReleases checks that claim and pod events end
+// reservations, and only those they should.
+func TestNewFromInformersReleases(t *testing.T) {
 	a, b := claim("a", "fast", gi), selectedClaim("b", "n1")
 	b.Spec.Resources.Requests[v1.ResourceStorage] = *resource.NewQuantity(2*gi, resource.BinarySI)
-	tests := []struct {
-		name string
-		obs  ClaimObservation
-		objs []runtime.Object
-		// reserve reserves pod "p" (claims a and b) on n1 after start-up.
-		reserve bool
-		// noClass starts without the class "fast".
-		noClass bool
-		// before is what zone z1 reserves before act.
-		before int64
-		act    func(ctx context.Context, c kubernetes.Interface) error
-		// after is what zone z1 reserves once act's events are handled.
-		after int64
-	}{
+	runInformerCases(t, []informerCase{
 		{
 			name: "claim deleted", obs: ReserveSelected,
 			objs:   []runtime.Object{node("n1", "z1"), csiNode("n1", nil, driver), selectedClaim("s", "n1")},
@@ -146,6 +149,13 @@ func TestNewFromInformers(t *testing.T) {
 				return err
 			},
 		},
+	})
+}
+
+// TestNewFromInformersStartupOrder checks that a claim seen before its
+// node, CSINode, class or topology label is reserved once they arrive.
+func TestNewFromInformersStartupOrder(t *testing.T) {
+	runInformerCases(t, []informerCase{
 		{
 			name: "selected node added after its claim", obs: ReserveSelected,
 			objs:   []runtime.Object{csiNode("n1", nil, driver), selectedClaim("s", "n1")},
@@ -191,7 +201,11 @@ func TestNewFromInformers(t *testing.T) {
 				return err
 			},
 		},
-	}
+	})
+}
+
+func runInformerCases(t *testing.T, tests []informerCase) {
+	t.Helper()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
