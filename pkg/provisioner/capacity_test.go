@@ -147,15 +147,8 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 func TestCapacityPublisherReactsToNewSegmentsAndClasses(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	_, csiClient := startMock(t, ctx, nil)
-	client := fake.NewClientset(makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
-	factory := informers.NewSharedInformerFactory(client, 0)
-	index := topology.NewIndex(testDriver)
-	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := NewCapacityPublisher(CapacityConfig{DriverName: testDriver, Namespace: "csi", PollInterval: time.Hour},
-		client, csiClient, index, factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
+	pe := newPublisherEnv(t, csiClient, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	p, client, factory, index, synced := pe.p, pe.client, pe.factory, pe.index, pe.synced
 	index.OnNewSegment(func(s topology.Segment) { p.TouchSegment(s.String()) })
 	if _, err := factory.Storage().V1().StorageClasses().Informer().AddEventHandler(classHandler(testDriver, p.TouchAll)); err != nil {
 		t.Fatal(err)
@@ -195,4 +188,29 @@ func TestCapacityPublisherReactsToNewSegmentsAndClasses(t *testing.T) {
 	if got := capacities(t, ctx, client, "other-driver"); len(got) != 0 {
 		t.Errorf("objects for another driver's class: %v", got)
 	}
+}
+
+// publisherEnv is a CapacityPublisher (polling hourly, objects in "csi")
+// over a fake clientset with objs and a segment index fed by its
+// informers, which are not started yet.
+type publisherEnv struct {
+	p       *CapacityPublisher
+	client  *fake.Clientset
+	factory informers.SharedInformerFactory
+	index   *topology.Index
+	synced  []cache.InformerSynced
+}
+
+func newPublisherEnv(t *testing.T, csiClient CapacityClient, objs ...runtime.Object) publisherEnv {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	index := topology.NewIndex(testDriver)
+	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewCapacityPublisher(CapacityConfig{DriverName: testDriver, Namespace: "csi", PollInterval: time.Hour},
+		client, csiClient, index, factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
+	return publisherEnv{p: p, client: client, factory: factory, index: index, synced: synced}
 }

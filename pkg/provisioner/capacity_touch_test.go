@@ -11,8 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
@@ -48,16 +46,9 @@ func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	mock, csiClient := startMock(t, ctx, nil)
 	counting := &countingCapacity{CapacityClient: csiClient}
-	client := fake.NewClientset(makeClass("wffc").StorageClass,
+	pe := newPublisherEnv(t, counting, makeClass("wffc").StorageClass,
 		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey))
-	factory := informers.NewSharedInformerFactory(client, 0)
-	index := topology.NewIndex(testDriver)
-	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := NewCapacityPublisher(CapacityConfig{DriverName: testDriver, Namespace: "csi", PollInterval: time.Hour},
-		client, counting, index, factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
+	p, client, factory, synced := pe.p, pe.client, pe.factory, pe.synced
 	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	factory.Start(ictx.Done())

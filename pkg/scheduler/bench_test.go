@@ -79,27 +79,26 @@ func benchCores(b *testing.B) (map[string]*Core, *v1.Node) {
 // the node's bucket: driver keys, allowedTopologies, attach limit (with the
 // reservations on the node), capacity minus reservations.
 func BenchmarkFilter(b *testing.B) {
-	cores, target := benchCores(b)
-	for _, name := range []string{"reservations=0", fmt.Sprintf("reservations=%d", benchReservations)} {
-		c := cores[name]
-		pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
-		if err != nil {
-			b.Fatal(err)
+	benchEach(b, func(b *testing.B, c *Core, pv *PodVolumes, target *v1.Node) {
+		if st := c.Filter(pv, target); st != nil {
+			b.Fatal(st)
 		}
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if st := c.Filter(pv, target); st != nil {
-					b.Fatal(st)
-				}
-			}
-		})
-	}
+	})
 }
 
 // BenchmarkScore scores the same node for the same pod with both score
 // weights 1 (free capacity and attach headroom).
 func BenchmarkScore(b *testing.B) {
+	benchEach(b, func(b *testing.B, c *Core, pv *PodVolumes, target *v1.Node) {
+		if s := c.Score(pv, target); s <= 0 {
+			b.Fatalf("score %d", s)
+		}
+	})
+}
+
+// benchEach runs op in a loop for a pod with two pending claims on the
+// target node of each benchmark Core (without and with reservations).
+func benchEach(b *testing.B, op func(*testing.B, *Core, *PodVolumes, *v1.Node)) {
 	cores, target := benchCores(b)
 	for _, name := range []string{"reservations=0", fmt.Sprintf("reservations=%d", benchReservations)} {
 		c := cores[name]
@@ -110,9 +109,7 @@ func BenchmarkScore(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if s := c.Score(pv, target); s <= 0 {
-					b.Fatalf("score %d", s)
-				}
+				op(b, c, pv, target)
 			}
 		})
 	}
