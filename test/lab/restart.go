@@ -2,9 +2,11 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -58,6 +60,14 @@ func (l *Lab) PendingClaimAcrossRestart(t testing.TB, ctx context.Context, ns, c
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "first", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
+	// The restarted scheduler must not find the pod (a pod bound to the
+	// node, with no kubelet to finish a graceful deletion, would stay).
+	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().Pods(ns).Get(ctx, "first", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("pod first not gone before the scheduler restart: %v%s", err, l.podsOn(ctx, node))
+	}
 	if err := l.Cluster.StartScheduler(ctx); err != nil {
 		t.Fatalf("restarting the scheduler: %v", err)
 	}
@@ -81,7 +91,7 @@ func (l *Lab) PendingClaimAcrossRestart(t testing.TB, ctx context.Context, ns, c
 		}
 		for _, cond := range pod.Status.Conditions {
 			if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && cond.Reason == v1.PodReasonUnschedulable {
-				out.SecondUnschedulable = cond.Message
+				out.SecondUnschedulable = cond.Message + l.podsOn(ctx, node)
 				return true, nil
 			}
 		}
@@ -151,4 +161,31 @@ func (l *Lab) EnsureRoom(t testing.TB, ctx context.Context, zone string, bytes i
 		}
 		t.Cleanup(func() { _ = l.SetSegmentCapacity(context.WithoutCancel(ctx), topo, old) })
 	}
+}
+
+// podsOn describes, for failure messages, the pods bound to node and the
+// claims selected for it: what a scheduler can count against its limit.
+func (l *Lab) podsOn(ctx context.Context, node string) string {
+	c := l.Cluster.Client
+	out := ""
+	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return fmt.Sprintf("; listing pods on %s: %v", node, err)
+	}
+	for _, p := range pods.Items {
+		out += fmt.Sprintf("; pod %s/%s on %s (deleting: %v)", p.Namespace, p.Name, node, p.DeletionTimestamp != nil)
+	}
+	claims, err := c.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out + fmt.Sprintf("; listing claims: %v", err)
+	}
+	for _, pvc := range claims.Items {
+		if pvc.Annotations[annSelectedNode] == node {
+			out += fmt.Sprintf("; claim %s/%s selected for %s (%s)", pvc.Namespace, pvc.Name, node, pvc.Status.Phase)
+		}
+	}
+	if out == "" {
+		out = "; no pod on " + node
+	}
+	return out
 }
