@@ -17,16 +17,19 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
-// countingCapacity records the zone of every GetCapacity call.
+// countingCapacity records the zone and parameters of every GetCapacity
+// call.
 type countingCapacity struct {
 	CapacityClient
-	mu    sync.Mutex
-	zones []string
+	mu     sync.Mutex
+	zones  []string
+	params []map[string]string
 }
 
 func (c *countingCapacity) GetCapacity(ctx context.Context, in *csi.GetCapacityRequest, opts ...grpc.CallOption) (*csi.GetCapacityResponse, error) {
 	c.mu.Lock()
 	c.zones = append(c.zones, in.GetAccessibleTopology().GetSegments()[zoneKey])
+	c.params = append(c.params, in.GetParameters())
 	c.mu.Unlock()
 	return c.CapacityClient.GetCapacity(ctx, in, opts...)
 }
@@ -46,7 +49,8 @@ func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	mock, csiClient := startMock(t, ctx, nil)
 	counting := &countingCapacity{CapacityClient: csiClient}
-	pe := newPublisherEnv(t, counting, makeClass("wffc").StorageClass,
+	class := makeClass("wffc").withParams("tier", "gold", "csi.storage.k8s.io/fstype", "xfs").StorageClass
+	pe := newPublisherEnv(t, counting, class,
 		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey))
 	p, client, factory, synced := pe.p, pe.client, pe.factory, pe.synced
 	ictx, cancel := context.WithCancel(ctx)
@@ -70,6 +74,16 @@ func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("first full sync: %v", capacities(t, ctx, client, "wffc"))
 	}
+	// GetCapacity gets the class's parameters for the driver (the reserved
+	// csi.storage.k8s.io/ keys stripped), as CreateVolume would.
+	counting.mu.Lock()
+	for _, p := range counting.params {
+		if diff := cmp.Diff(map[string]string{"tier": "gold"}, p); diff != "" {
+			t.Errorf("GetCapacity parameters (-want +got):\n%s", diff)
+		}
+	}
+	counting.params = nil
+	counting.mu.Unlock()
 	_ = counting.take()
 	if err := mock.SetCapacity(map[string]string{"zone": "z1"}, 4*gi); err != nil {
 		t.Fatal(err)
