@@ -152,7 +152,7 @@ func run(ctx context.Context, cfg config) error {
 	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	// The ledger follows the selected-node annotations the scheduler writes.
 	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl, ScoreWeights: cfg.weights},
-		factory, scheduler.ReserveSelected)
+		factory)
 	if err != nil {
 		return err
 	}

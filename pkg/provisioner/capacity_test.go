@@ -48,23 +48,12 @@ func TestCapacityPublisher(t *testing.T) {
 	for _, n := range []string{"n1", "n2"} {
 		objs = append(objs, makeNode(n, map[string]string{"n1": "z1", "n2": "z2"}[n]), makeCSINode(n, zoneKey))
 	}
-	client := fake.NewClientset(objs...)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	index := topology.NewIndex(testDriver)
-	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	classes := factory.Storage().V1().StorageClasses().Lister()
-	capLister := factory.Storage().V1().CSIStorageCapacities().Lister()
-	ictx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	factory.Start(ictx.Done())
-	factory.WaitForCacheSync(ictx.Done())
-	cache.WaitForCacheSync(ictx.Done(), synced...)
 	owner := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "csi-controller", UID: "uid-dep"}
-	p := NewCapacityPublisher(CapacityConfig{DriverName: testDriver, Namespace: "csi", Owner: owner, PollInterval: time.Hour},
-		client, csiClient, index, classes, capLister)
+	pe := newPublisherEnv(t, CapacityConfig{Owner: owner}, csiClient, objs...)
+	p, client := pe.p, pe.client
+	classes := pe.factory.Storage().V1().StorageClasses().Lister()
+	capLister := pe.factory.Storage().V1().CSIStorageCapacities().Lister()
+	ictx := pe.start(ctx, t)
 
 	if err := p.Sync(ctx, ""); err != nil {
 		t.Fatal(err)
@@ -147,17 +136,13 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 func TestCapacityPublisherReactsToNewSegmentsAndClasses(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	_, csiClient := startMock(t, ctx, nil)
-	pe := newPublisherEnv(t, csiClient, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
-	p, client, factory, index, synced := pe.p, pe.client, pe.factory, pe.index, pe.synced
+	pe := newPublisherEnv(t, CapacityConfig{}, csiClient, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	p, client, factory, index := pe.p, pe.client, pe.factory, pe.index
 	index.OnNewSegment(func(s topology.Segment) { p.TouchSegment(s.String()) })
 	if _, err := factory.Storage().V1().StorageClasses().Informer().AddEventHandler(classHandler(testDriver, p.TouchAll)); err != nil {
 		t.Fatal(err)
 	}
-	ictx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	factory.Start(ictx.Done())
-	factory.WaitForCacheSync(ictx.Done())
-	cache.WaitForCacheSync(ictx.Done(), synced...)
+	ictx := pe.start(ctx, t)
 	go p.Run(ictx)
 
 	waitFor := func(what string, cond func() bool) {
@@ -190,9 +175,9 @@ func TestCapacityPublisherReactsToNewSegmentsAndClasses(t *testing.T) {
 	}
 }
 
-// publisherEnv is a CapacityPublisher (polling hourly, objects in "csi")
-// over a fake clientset with objs and a segment index fed by its
-// informers, which are not started yet.
+// publisherEnv is a CapacityPublisher of cfg (objects in "csi" and an
+// hourly poll unless cfg says otherwise) over a fake clientset with objs
+// and a segment index fed by its informers, which start() starts.
 type publisherEnv struct {
 	p       *CapacityPublisher
 	client  *fake.Clientset
@@ -201,8 +186,15 @@ type publisherEnv struct {
 	synced  []cache.InformerSynced
 }
 
-func newPublisherEnv(t *testing.T, csiClient CapacityClient, objs ...runtime.Object) publisherEnv {
+func newPublisherEnv(t *testing.T, cfg CapacityConfig, csiClient CapacityClient, objs ...runtime.Object) publisherEnv {
 	t.Helper()
+	cfg.DriverName = testDriver
+	if cfg.Namespace == "" {
+		cfg.Namespace = "csi"
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = time.Hour
+	}
 	client := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	index := topology.NewIndex(testDriver)
@@ -210,7 +202,19 @@ func newPublisherEnv(t *testing.T, csiClient CapacityClient, objs ...runtime.Obj
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := NewCapacityPublisher(CapacityConfig{DriverName: testDriver, Namespace: "csi", PollInterval: time.Hour},
-		client, csiClient, index, factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
+	p := NewCapacityPublisher(cfg, client, csiClient, index,
+		factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
 	return publisherEnv{p: p, client: client, factory: factory, index: index, synced: synced}
+}
+
+// start starts the informers, waits for their caches and the index, and
+// returns a context that ends with the test.
+func (e publisherEnv) start(ctx context.Context, t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	e.factory.Start(ctx.Done())
+	e.factory.WaitForCacheSync(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), e.synced...)
+	return ctx
 }

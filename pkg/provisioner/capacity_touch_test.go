@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
@@ -50,14 +49,10 @@ func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
 	mock, csiClient := startMock(t, ctx, nil)
 	counting := &countingCapacity{CapacityClient: csiClient}
 	class := makeClass("wffc").withParams("tier", "gold", "csi.storage.k8s.io/fstype", "xfs").StorageClass
-	pe := newPublisherEnv(t, counting, class,
+	pe := newPublisherEnv(t, CapacityConfig{}, counting, class,
 		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey))
-	p, client, factory, synced := pe.p, pe.client, pe.factory, pe.synced
-	ictx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	factory.Start(ictx.Done())
-	factory.WaitForCacheSync(ictx.Done())
-	cache.WaitForCacheSync(ictx.Done(), synced...)
+	p, client := pe.p, pe.client
+	ictx := pe.start(ctx, t)
 
 	// Before Run: 200 distinct touches are all kept, once each.
 	for i := 0; i < 200; i++ {

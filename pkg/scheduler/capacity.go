@@ -91,11 +91,15 @@ func (i indexedCapacities) Capacity(class string, nodeLabels map[string]string) 
 		if !ok {
 			continue
 		}
-		seg, ok := project(nodeLabels, keys)
+		var keyList []string // none: an empty selector matches every node
+		if keys != "" {
+			keyList = strings.Split(keys, ",")
+		}
+		seg, ok := topology.Segment(nodeLabels).Project(keyList)
 		if !ok {
 			continue
 		}
-		objs, _ := i.idx.ByIndex(CapacitiesBySegment, prefix+seg)
+		objs, _ := i.idx.ByIndex(CapacitiesBySegment, prefix+seg.String())
 		consider(objs)
 	}
 	fallback, _ := i.idx.ByIndex(CapacitiesByExpression, class)
@@ -118,28 +122,6 @@ func (i indexedCapacities) Capacity(class string, nodeLabels map[string]string) 
 		out.MaxVolume = &m
 	}
 	return out, true
-}
-
-// project renders the node's labels for a comma-separated key set as
-// topology.Segment.String does, or false when a key is missing.
-func project(nodeLabels map[string]string, keys string) (string, bool) {
-	if keys == "" {
-		return "", true // an empty selector matches every node
-	}
-	var b strings.Builder
-	for i, k := range strings.Split(keys, ",") {
-		v, ok := nodeLabels[k]
-		if !ok {
-			return "", false
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(v)
-	}
-	return b.String(), true
 }
 
 // better orders matching objects: the largest capacity wins (as

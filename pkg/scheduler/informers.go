@@ -13,39 +13,28 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 )
 
-// ClaimObservation says how claim events feed the ledger.
-type ClaimObservation int
-
-const (
-	// ReleaseOnly ends a claim's reservation when it binds, loses its
-	// selected node or is deleted, and reserves nothing itself: only a
-	// front end's Reserve does.
-	ReleaseOnly ClaimObservation = iota
-	// ReserveSelected also reserves claims that have a selected node: the
-	// extender never sees Reserve, and the plugin needs it for claims
-	// selected before a restart or by another scheduler.
-	ReserveSelected
-)
-
 // NewFromInformers builds a Core for cfg on the informers of factory
 // (before it starts): claims, PVs, classes, nodes, CSINodes, pods,
 // VolumeAttachments and CSIStorageCapacities, with the indexes the attach
 // limit count and the capacity lookup need, and event handlers that keep
 // the ledger in step:
-//   - claim events, as obs says; a claim's reservation ends when it is
-//     deleted or loses its selected-node annotation (not on other updates of
-//     a claim without one: the plugin reserves claims before the annotation
-//     is written);
+//   - claim events: an unbound claim of the driver with a selected node
+//     reserves its request in that node's segment (the extender never sees
+//     Reserve, and the plugin needs this for claims selected before a
+//     restart or by another scheduler); a claim's reservation ends when it
+//     is deleted or loses its selected-node annotation (not on other updates
+//     of a claim without one: the plugin reserves claims before the
+//     annotation is written);
 //   - a deleted pod's reservations end, except those of claims that are
 //     selected for a node or bound in the claim informer (csi-provisioner
 //     still provisions them; their claim events end them);
-//   - with ReserveSelected, a Node added (or relabelled) and a CSINode added
+//   - a Node added (or relabelled) and a CSINode added
 //     or updated re-observe the claims selected for that node, and a
 //     StorageClass of the driver added re-observes the selected claims of
 //     that class, so a claim seen before its node, CSINode or class (at
 //     start-up the informers fill in any order) is reserved once they are
 //     known.
-func NewFromInformers(cfg Config, factory informers.SharedInformerFactory, obs ClaimObservation) (*Core, error) {
+func NewFromInformers(cfg Config, factory informers.SharedInformerFactory) (*Core, error) {
 	pods, claims := factory.Core().V1().Pods(), factory.Core().V1().PersistentVolumeClaims()
 	volumes, nodes := factory.Core().V1().PersistentVolumes(), factory.Core().V1().Nodes()
 	classes, csiNodes := factory.Storage().V1().StorageClasses(), factory.Storage().V1().CSINodes()
@@ -68,7 +57,7 @@ func NewFromInformers(cfg Config, factory informers.SharedInformerFactory, obs C
 	if err != nil {
 		return nil, err
 	}
-	h := handlers{core: core, obs: obs, nodes: nodes.Lister(), claims: claims.Lister(), selected: claims.Informer().GetIndexer()}
+	h := handlers{core: core, nodes: nodes.Lister(), claims: claims.Lister(), selected: claims.Informer().GetIndexer()}
 	if _, err := claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { h.claimChanged(nil, obj) },
 		UpdateFunc: h.claimChanged,
@@ -78,9 +67,6 @@ func NewFromInformers(cfg Config, factory informers.SharedInformerFactory, obs C
 	}
 	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: h.podDeleted}); err != nil {
 		return nil, err
-	}
-	if obs != ReserveSelected {
-		return core, nil
 	}
 	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: h.nodeAdded,
@@ -107,7 +93,6 @@ func NewFromInformers(cfg Config, factory informers.SharedInformerFactory, obs C
 // handlers are the informer event handlers of NewFromInformers.
 type handlers struct {
 	core   *Core
-	obs    ClaimObservation
 	nodes  corelisters.NodeLister
 	claims corelisters.PersistentVolumeClaimLister
 	// selected is the claim indexer with limits.ClaimsBySelectedNode.
@@ -131,19 +116,13 @@ func (h handlers) claimChanged(oldObj, obj any) {
 	h.observe(claim)
 }
 
-// observe feeds a bound claim, or one with a selected node, to the ledger
-// as h.obs says.
+// observe feeds a bound claim, or one with a selected node, to the ledger.
 func (h handlers) observe(obj any) {
 	claim, ok := obj.(*v1.PersistentVolumeClaim)
 	if !ok {
 		return
 	}
-	var node *v1.Node
-	if h.obs == ReserveSelected {
-		node, _ = h.nodes.Get(claim.Annotations[annSelectedNode])
-	} else if claim.Spec.VolumeName == "" && claim.Annotations[annSelectedNode] != "" {
-		return // the plugin's own Reserve holds it
-	}
+	node, _ := h.nodes.Get(claim.Annotations[annSelectedNode])
 	h.core.ObserveClaim(claim, node)
 }
 

@@ -29,7 +29,7 @@ type informerEnv struct {
 // startInformers builds the Core with NewFromInformers over objs, node n0
 // (zone z0) and the class "fast" unless noClass, starts the factory and
 // waits for its caches and for the claim handler (sync).
-func startInformers(ctx context.Context, t *testing.T, obs ClaimObservation, noClass bool, objs ...runtime.Object) *informerEnv {
+func startInformers(ctx context.Context, t *testing.T, noClass bool, objs ...runtime.Object) *informerEnv {
 	t.Helper()
 	if !noClass {
 		objs = append(objs, class("fast"))
@@ -38,7 +38,7 @@ func startInformers(ctx context.Context, t *testing.T, obs ClaimObservation, noC
 		&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-probe"}})
 	client := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	core, err := NewFromInformers(Config{Driver: driver}, factory, obs)
+	core, err := NewFromInformers(Config{Driver: driver}, factory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,6 @@ func (e *informerEnv) waitReserved(ctx context.Context, t *testing.T, zone strin
 // informerCase is one case of the NewFromInformers tests.
 type informerCase struct {
 	name string
-	obs  ClaimObservation
 	objs []runtime.Object
 	// reserve reserves pod "p" (claims a and b) on n1 after start-up.
 	reserve bool
@@ -106,7 +105,7 @@ func TestNewFromInformersReleases(t *testing.T) {
 	b.Spec.Resources.Requests[v1.ResourceStorage] = *resource.NewQuantity(2*gi, resource.BinarySI)
 	runInformerCases(t, []informerCase{
 		{
-			name: "claim deleted", obs: ReserveSelected,
+			name:   "claim deleted",
 			objs:   []runtime.Object{node("n1", "z1"), csiNode("n1", nil, driver), selectedClaim("s", "n1")},
 			before: gi, after: 0,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -114,7 +113,7 @@ func TestNewFromInformersReleases(t *testing.T) {
 			},
 		},
 		{
-			name: "selected-node annotation removed", obs: ReserveSelected,
+			name:   "selected-node annotation removed",
 			objs:   []runtime.Object{node("n1", "z1"), csiNode("n1", nil, driver), selectedClaim("s", "n1")},
 			before: gi, after: 0,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -123,7 +122,7 @@ func TestNewFromInformersReleases(t *testing.T) {
 			},
 		},
 		{
-			name: "pod deleted: its unannotated claim is released, its annotated one stays", obs: ReleaseOnly,
+			name:    "pod deleted: its unannotated claim is released, its annotated one stays",
 			objs:    []runtime.Object{node("n1", "z1"), csiNode("n1", nil, driver), a, b, pod("p", "a", "b")},
 			reserve: true, before: 3 * gi, after: 2 * gi,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -131,15 +130,7 @@ func TestNewFromInformersReleases(t *testing.T) {
 			},
 		},
 		{
-			name: "pod deleted, claims observed too", obs: ReserveSelected,
-			objs:    []runtime.Object{node("n1", "z1"), csiNode("n1", nil, driver), a, b, pod("p", "a", "b")},
-			reserve: true, before: 3 * gi, after: 2 * gi,
-			act: func(ctx context.Context, c kubernetes.Interface) error {
-				return c.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{})
-			},
-		},
-		{
-			name: "an unrelated update of a reserved claim keeps its reservation", obs: ReserveSelected,
+			name:    "an unrelated update of a reserved claim keeps its reservation",
 			objs:    []runtime.Object{node("n1", "z1"), csiNode("n1", nil, driver), a, b, pod("p", "a", "b")},
 			reserve: true, before: 3 * gi, after: 3 * gi,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -157,7 +148,7 @@ func TestNewFromInformersReleases(t *testing.T) {
 func TestNewFromInformersStartupOrder(t *testing.T) {
 	runInformerCases(t, []informerCase{
 		{
-			name: "selected node added after its claim", obs: ReserveSelected,
+			name:   "selected node added after its claim",
 			objs:   []runtime.Object{csiNode("n1", nil, driver), selectedClaim("s", "n1")},
 			before: 0, after: gi,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -166,7 +157,7 @@ func TestNewFromInformersStartupOrder(t *testing.T) {
 			},
 		},
 		{
-			name: "selected node's CSINode added after its claim", obs: ReserveSelected,
+			name:   "selected node's CSINode added after its claim",
 			objs:   []runtime.Object{node("n1", "z1"), selectedClaim("s", "n1")},
 			before: 0, after: gi,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -175,7 +166,7 @@ func TestNewFromInformersStartupOrder(t *testing.T) {
 			},
 		},
 		{
-			name: "driver registered on the selected node's CSINode later", obs: ReserveSelected,
+			name:   "driver registered on the selected node's CSINode later",
 			objs:   []runtime.Object{node("n1", "z1"), csiNode("n1", nil, "other.example.com"), selectedClaim("s", "n1")},
 			before: 0, after: gi,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -184,7 +175,7 @@ func TestNewFromInformersStartupOrder(t *testing.T) {
 			},
 		},
 		{
-			name: "class added after its claim", obs: ReserveSelected, noClass: true,
+			name: "class added after its claim", noClass: true,
 			objs:   []runtime.Object{node("n1", "z1"), csiNode("n1", nil, driver), selectedClaim("s", "n1")},
 			before: 0, after: gi,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -193,7 +184,7 @@ func TestNewFromInformersStartupOrder(t *testing.T) {
 			},
 		},
 		{
-			name: "selected node gets its topology label later", obs: ReserveSelected,
+			name:   "selected node gets its topology label later",
 			objs:   []runtime.Object{node("n1", ""), csiNode("n1", nil, driver), selectedClaim("s", "n1")},
 			before: 0, after: gi,
 			act: func(ctx context.Context, c kubernetes.Interface) error {
@@ -211,7 +202,7 @@ func runInformerCases(t *testing.T, tests []informerCase) {
 			_, ctx := ktesting.NewTestContext(t)
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			env := startInformers(ctx, t, tc.obs, tc.noClass, tc.objs...)
+			env := startInformers(ctx, t, tc.noClass, tc.objs...)
 			if tc.reserve {
 				pv, err := env.core.PodVolumes(pod("p", "a", "b"))
 				if err != nil {
@@ -235,10 +226,10 @@ func TestDeletionTombstones(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	env := startInformers(ctx, t, ReleaseOnly, false, node("n1", "z1"), csiNode("n1", nil, driver),
+	env := startInformers(ctx, t, false, node("n1", "z1"), csiNode("n1", nil, driver),
 		claim("a", "fast", gi), claim("c", "fast", gi), pod("p", "a"), pod("q", "c"))
 	claims := env.factory.Core().V1().PersistentVolumeClaims()
-	h := handlers{core: env.core, obs: ReleaseOnly, nodes: env.factory.Core().V1().Nodes().Lister(),
+	h := handlers{core: env.core, nodes: env.factory.Core().V1().Nodes().Lister(),
 		claims: claims.Lister(), selected: claims.Informer().GetIndexer()}
 	for _, name := range []string{"p", "q"} {
 		pv, err := env.core.PodVolumes(pod(name, map[string]string{"p": "a", "q": "c"}[name]))

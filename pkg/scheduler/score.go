@@ -66,9 +66,7 @@ func (c *Core) capacityScore(pv *PodVolumes, node *v1.Node) float64 {
 		return 0
 	}
 	var sum float64
-	n := 0
 	for _, class := range sortedKeys(pv.perClass) {
-		n++
 		capa, known := c.l.Capacities.Capacity(class, node.Labels)
 		if !known || capa.Free <= 0 {
 			continue
@@ -79,10 +77,7 @@ func (c *Core) capacityScore(pv *PodVolumes, node *v1.Node) float64 {
 		}
 		sum += float64(left) / float64(capa.Free)
 	}
-	if n == 0 {
-		return 0
-	}
-	return sum / float64(n)
+	return sum / float64(len(pv.perClass)) // not empty: the pod has pending claims
 }
 
 // headroomScore is the fraction (0..1) of the node's attach limit left free

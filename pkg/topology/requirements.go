@@ -173,7 +173,7 @@ func allowedSegments(terms []v1.TopologySelectorTerm, flat []Segment, index *Ind
 			}
 		}
 		for _, seg := range flat {
-			if p, ok := seg.project(keys); ok {
+			if p, ok := seg.Project(keys); ok {
 				out = append(out, p)
 			}
 		}

@@ -48,9 +48,11 @@ func (s Segment) Equal(o Segment) bool {
 	return true
 }
 
-// project returns the part of s whose keys are in keys, or false when s
-// lacks one of them.
-func (s Segment) project(keys []string) (Segment, bool) {
+// Project returns the part of s whose keys are in keys, or false when s
+// lacks one of them. With node labels as s, it is the node's segment for a
+// driver's topology keys: Segment{zone: z1, rack: r1, hostname: n1}
+// projected on [zone] is {zone: z1}.
+func (s Segment) Project(keys []string) (Segment, bool) {
 	out := make(Segment, len(keys))
 	for _, k := range keys {
 		v, ok := s[k]

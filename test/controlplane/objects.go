@@ -1,11 +1,8 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -15,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -120,18 +116,11 @@ func (c *Cluster) ApplyYAML(ctx context.Context, data []byte, dryRun bool) error
 	if dryRun {
 		opts = []string{metav1.DryRunAll}
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
+	objs, err := DecodeObjects(data)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
 		gvk := obj.GroupVersionKind()
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -145,16 +134,17 @@ func (c *Cluster) ApplyYAML(ctx context.Context, data []byte, dryRun bool) error
 			}
 			ri = dyn.Resource(mapping.Resource).Namespace(ns)
 		}
-		_, err = ri.Create(ctx, &obj, metav1.CreateOptions{DryRun: opts, FieldValidation: metav1.FieldValidationStrict})
+		_, err = ri.Create(ctx, obj, metav1.CreateOptions{DryRun: opts, FieldValidation: metav1.FieldValidationStrict})
 		if apierrors.IsAlreadyExists(err) {
 			var cur *unstructured.Unstructured
 			if cur, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
 				obj.SetResourceVersion(cur.GetResourceVersion())
-				_, err = ri.Update(ctx, &obj, metav1.UpdateOptions{DryRun: opts, FieldValidation: metav1.FieldValidationStrict})
+				_, err = ri.Update(ctx, obj, metav1.UpdateOptions{DryRun: opts, FieldValidation: metav1.FieldValidationStrict})
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
 	}
+	return nil
 }

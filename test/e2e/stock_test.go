@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -57,22 +56,6 @@ func TestStockSchedulerNodeWithoutDriver(t *testing.T) {
 	if err != nil || pvc.Status.Phase == v1.ClaimBound {
 		t.Errorf("claim %s (%v), want it unprovisioned", pvc.Status.Phase, err)
 	}
-}
-
-// rescheduleEvents counts the times claims of a namespace were sent back to
-// the scheduler.
-func rescheduleEvents(ctx context.Context, ns string) int32 {
-	list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return -1
-	}
-	var n int32
-	for _, e := range list.Items {
-		if e.Reason == "ProvisioningFailed" && strings.Contains(e.Message, "asking the scheduler to pick another node") {
-			n += e.Count
-		}
-	}
-	return n
 }
 
 // Issue 5, scenario 2, stock side (test/e2eplugin TestPreferredBurst runs

@@ -6,14 +6,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
@@ -29,20 +25,11 @@ const SecondSchedulerName = "csi-topology-scheduler"
 // csi-topology-scheduler-config, rendered by kustomize as a user would.
 func ShippedSchedulerConfig(repoRoot string) ([]byte, error) {
 	dir := filepath.Join(repoRoot, "deploy", "kubernetes", "overlays", "mock")
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
-	data, err := res.AsYaml()
+	objs, err := controlplane.RenderKustomization(dir)
 	if err != nil {
 		return nil, err
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); err != nil {
-			return nil, fmt.Errorf("no ConfigMap csi-topology-scheduler-config in %s: %w", dir, err)
-		}
+	for _, obj := range objs {
 		if obj.GetKind() == "ConfigMap" && obj.GetName() == "csi-topology-scheduler-config" {
 			cfg, _, err := unstructured.NestedString(obj.Object, "data", "config.yaml")
 			if err != nil || cfg == "" {
@@ -51,6 +38,7 @@ func ShippedSchedulerConfig(repoRoot string) ([]byte, error) {
 			return []byte(cfg), nil
 		}
 	}
+	return nil, fmt.Errorf("no ConfigMap csi-topology-scheduler-config in %s", dir)
 }
 
 // StartSecondScheduler runs binary (csi-topology-scheduler) beside the

@@ -9,7 +9,6 @@
 package manifests
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -22,10 +21,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/klog/v2/ktesting"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
@@ -47,34 +43,20 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	if !filepath.IsAbs(dir) {
 		dir = filepath.Join(cluster.RepoRoot, dir)
 	}
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build %s: %v", dir, err)
-	}
-	data, err := res.AsYaml()
+	objs, err := controlplane.RenderKustomization(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return decodeAll(t, data)
+	return objs
 }
 
 func decodeAll(t *testing.T, data []byte) []*unstructured.Unstructured {
 	t.Helper()
-	var out []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
-			if err.Error() == "EOF" {
-				return out
-			}
-			t.Fatal(err)
-		}
-		if len(obj.Object) > 0 {
-			out = append(out, obj)
-		}
+	objs, err := controlplane.DecodeObjects(data)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return objs
 }
 
 // dryRun creates the namespaces for real (namespaced objects need them) and

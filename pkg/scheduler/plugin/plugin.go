@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,12 +89,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	ttl := args.ReservationTTL.Duration
-	if ttl <= 0 {
-		ttl = 5 * time.Minute
-	}
-	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: ttl, ScoreWeights: args.ScoreWeights},
-		h.SharedInformerFactory(), scheduler.ReserveSelected)
+	// A zero TTL takes the Core's default.
+	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: args.ReservationTTL.Duration,
+		ScoreWeights: args.ScoreWeights}, h.SharedInformerFactory())
 	if err != nil {
 		return nil, err
 	}
