@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -44,6 +45,30 @@ func isProjectModule(gomod []byte) bool {
 	return len(gomod) >= len(mod) && string(gomod[:len(mod)]) == mod
 }
 
+// ControlPlaneDir returns where the control-plane binaries of this checkout
+// are cached: <user cache dir>/csi-topology-provisioner/controlplane/<key>,
+// where key hashes the nested module (go.mod, go.sum, the etcd main) and the
+// Go version, so that every clone of the same commit shares one build. When
+// the user has no cache directory it is <repo>/.cache/controlplane/<key>.
+func ControlPlaneDir(repoRoot string) (string, error) {
+	modDir := filepath.Join(repoRoot, "test", "controlplane", "k8s")
+	h := sha256.New()
+	for _, f := range []string{"go.mod", "go.sum", filepath.Join("etcd", "main.go")} {
+		data, err := os.ReadFile(filepath.Join(modDir, f))
+		if err != nil {
+			return "", err
+		}
+		h.Write(data)
+	}
+	h.Write([]byte(runtime.Version()))
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return filepath.Join(repoRoot, ".cache", "controlplane", key), nil
+	}
+	return filepath.Join(base, "csi-topology-provisioner", "controlplane", key), nil
+}
+
 // BuildControlPlane builds etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler from the nested module test/controlplane/k8s, unless a
 // complete build for the same go.sum is cached. Concurrent callers (test
@@ -51,12 +76,10 @@ func isProjectModule(gomod []byte) bool {
 func BuildControlPlane(ctx context.Context, repoRoot string) (Binaries, error) {
 	logger := klog.FromContext(ctx)
 	modDir := filepath.Join(repoRoot, "test", "controlplane", "k8s")
-	sum, err := os.ReadFile(filepath.Join(modDir, "go.sum"))
+	dir, err := ControlPlaneDir(repoRoot)
 	if err != nil {
 		return Binaries{}, err
 	}
-	h := sha256.Sum256(sum)
-	dir := filepath.Join(repoRoot, ".cache", "controlplane", hex.EncodeToString(h[:])[:16])
 	bins := Binaries{
 		Etcd:              filepath.Join(dir, "etcd"),
 		APIServer:         filepath.Join(dir, "kube-apiserver"),

@@ -15,7 +15,8 @@
 //			func(ctx context.Context, c *controlplane.Cluster) error { cluster = c; return nil }))
 //	}
 //
-// Binaries are cached in <repo>/.cache/controlplane/<hash of k8s/go.sum>/ and
-// rebuilt only when that file changes. Every process started here dies with
+// Binaries are cached in the user's cache directory (see ControlPlaneDir),
+// keyed by the nested module and the Go version, so every clone of a commit
+// shares them; `make controlplane` builds them with progress lines. Every process started here dies with
 // the test binary (Pdeathsig), and Stop removes the temp dir.
 package controlplane
