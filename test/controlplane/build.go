@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,6 +24,9 @@ import (
 type Binaries struct {
 	Etcd, APIServer, ControllerManager, Scheduler string
 }
+
+// Dir is the directory that holds the binaries.
+func (b Binaries) Dir() string { return filepath.Dir(b.Etcd) }
 
 // RepoRoot returns the directory of the project's go.mod, searching upwards
 // from the working directory.
@@ -99,20 +106,85 @@ func BuildControlPlane(ctx context.Context, repoRoot string) (Binaries, error) {
 		return bins, nil
 	}
 	start := time.Now()
-	logger.Info("Building the control plane (cached afterwards)", "dir", dir)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-		"./etcd", "k8s.io/kubernetes/cmd/kube-apiserver",
-		"k8s.io/kubernetes/cmd/kube-controller-manager", "k8s.io/kubernetes/cmd/kube-scheduler")
-	cmd.Dir = modDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("building the control plane: %w\n%s", err, out)
+	logger.Info("Building the control plane (cached afterwards; about 5 minutes on 2 cores when the Kubernetes libraries are not compiled yet)", "dir", dir)
+	if err := goBuildWithProgress(ctx, modDir, dir, controlPlaneTargets); err != nil {
+		return Binaries{}, fmt.Errorf("building the control plane: %w", err)
 	}
 	if err := os.WriteFile(stamp, nil, 0o644); err != nil {
 		return Binaries{}, err
 	}
 	logger.Info("Built the control plane", "duration", time.Since(start).Round(time.Second))
 	return bins, nil
+}
+
+var controlPlaneTargets = []string{"./etcd", "k8s.io/kubernetes/cmd/kube-apiserver",
+	"k8s.io/kubernetes/cmd/kube-controller-manager", "k8s.io/kubernetes/cmd/kube-scheduler"}
+
+// progressEvery is how often a long build says how far it is.
+const progressEvery = 30 * time.Second
+
+// goBuildWithProgress runs `go build -v` of targets in modDir into outDir and
+// logs, every progressEvery, how many of the targets' packages were compiled
+// (the rest come from Go's build cache). On failure the error carries the
+// output that was not a package name.
+func goBuildWithProgress(ctx context.Context, modDir, outDir string, targets []string) error {
+	logger := klog.FromContext(ctx)
+	total := 0
+	list := exec.CommandContext(ctx, "go", append([]string{"list", "-deps"}, targets...)...)
+	list.Dir = modDir
+	list.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := list.Output(); err == nil {
+		total = bytes.Count(out, []byte("\n"))
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-v", "-o", outDir + string(filepath.Separator)}, targets...)...)
+	cmd.Dir = modDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	var (
+		mu       sync.Mutex
+		compiled int
+		last     string
+		other    []string
+	)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				mu.Lock()
+				logger.Info("Still building the control plane", "compiled", compiled, "ofAtMost", total, "last", last)
+				mu.Unlock()
+			}
+		}
+	}()
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		l := sc.Text()
+		mu.Lock()
+		if l != "" && !strings.ContainsAny(l, " \t:") && !strings.HasPrefix(l, "#") {
+			compiled++
+			last = l
+		} else {
+			other = append(other, l)
+		}
+		mu.Unlock()
+	}
+	err = cmd.Wait()
+	close(done)
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, strings.Join(other, "\n"))
+	}
+	return nil
 }
 
 // BuildProject builds the project's commands (e.g. "./cmd/mock-driver")

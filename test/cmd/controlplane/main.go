@@ -1,0 +1,38 @@
+// Command controlplane is `make controlplane` and step 4 of `make test`: it
+// builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+// from the nested module test/controlplane/k8s, or finds them cached (see
+// controlplane.ControlPlaneDir), and prints where they are. Building them
+// here, before the test packages, keeps the build out of the test binaries'
+// timeouts; the tests still build them when run on their own.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "control plane:", err)
+		os.Exit(1)
+	}
+	start := time.Now()
+	bins, err := controlplane.BuildControlPlane(ctx, root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "control plane:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("control plane ready in %s: %s\n", time.Since(start).Round(time.Second), bins.Dir())
+}
