@@ -64,3 +64,4 @@ image:
 
 clean:
 	rm -rf bin .cache .test-output.log
+	@echo "the control plane binaries stay cached in $${XDG_CACHE_HOME:-$$HOME/.cache}/csi-topology-provisioner; remove that directory to rebuild them"

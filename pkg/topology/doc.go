@@ -4,7 +4,7 @@
 // driver's nodes form, and turns a volume's accessible topology into PV node
 // affinity. It is pure: no API clients, only objects handed to it.
 //
-// A worked example (the seeds' multi-label class). With driver topology keys
+// A worked example (the zone x rack class of the volume topology design). With driver topology keys
 // zone and rack, the allowedTopologies
 //
 //	allowedTopologies:

@@ -78,7 +78,7 @@ func ControlPlaneDir(repoRoot string) (string, error) {
 
 // BuildControlPlane builds etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler from the nested module test/controlplane/k8s, unless a
-// complete build for the same go.sum is cached. Concurrent callers (test
+// complete build is cached in ControlPlaneDir (same nested module, same Go). Concurrent callers (test
 // packages run in parallel) wait for each other on a file lock.
 func BuildControlPlane(ctx context.Context, repoRoot string) (Binaries, error) {
 	logger := klog.FromContext(ctx)

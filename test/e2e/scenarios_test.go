@@ -95,7 +95,7 @@ func TestAllowedTopologies(t *testing.T) {
 	}
 }
 
-// Scenario 4: zone x rack, with the seeds' three allowed combinations
+// Scenario 4: zone x rack, with the three allowed combinations of docs/topology.md's zone x rack example
 // (z1 in racks r1 or r2, z2 in rack r1): every PV's affinity is one of them.
 func TestZoneRackTopology(t *testing.T) {
 	ctx, ns := newNamespace(t)

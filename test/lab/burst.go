@@ -16,7 +16,7 @@ import (
 // CSIStorageCapacity objects when capacity tracking is on.
 const CapacityNamespace = "csi-topology"
 
-// Burst is issue 5's scenario 2, the same for every scheduler stack: Pods
+// Burst is the capacity burst that every scheduler stack is tested with, the same for every scheduler stack: Pods
 // pods with one claim of Size bytes each, all preferring zone Prefer,
 // against zones with Free bytes free (split evenly over each zone's
 // segments, e.g. racks).
@@ -27,7 +27,7 @@ type Burst struct {
 	Free   map[string]int64
 }
 
-// StandardBurst is issue 5's scenario 2: 20 pods x 10 Gi preferring z1,
+// StandardBurst is the burst the e2e packages run: 20 pods x 10 Gi preferring z1,
 // against zones of 60, 60 and 100 Gi free (room for exactly 6 + 6 + 10).
 var StandardBurst = Burst{Pods: 20, Size: 10 << 30, Prefer: "z1", Free: map[string]int64{"z1": 60 << 30, "z2": 60 << 30, "z3": 100 << 30}}
 

@@ -25,7 +25,7 @@ type RestartOutcome struct {
 	SecondUnschedulable string
 }
 
-// PendingClaimAcrossRestart plays issue 5's scenario 3 where the scheduler
+// PendingClaimAcrossRestart plays the attach-limit scenario where the scheduler
 // has nothing in memory about the pending claim: node has an allocatable
 // count of 1; pod "first" (requiring node) gets its claim selected for node
 // while the provisioner is down, so the claim stays pending; the scheduler
