@@ -68,17 +68,19 @@ func FuzzFlatten(f *testing.F) {
 	})
 }
 
-// fuzzNodes decodes the nodes of a fuzz input and feeds them to idx: nodes
-// separated by '|', each "zone/rack/pool/keys" where an empty field is an
-// absent label and keys is "z" (zone), "zr" (zone and rack), "" (z) or "-"
-// (no CSINode). A node written "before>after" is fed as before, then, by
-// apply, as after ("-" after '>' deletes it). It returns the model of the
-// nodes after apply: name -> labels and keys (nil without a CSINode).
+// fuzzNode is a generated node: its labels and the driver's topology keys
+// in its CSINode (nil: no CSINode).
 type fuzzNode struct {
 	labels map[string]string
 	keys   []string
 }
 
+// parseFuzzNode decodes one node of FuzzRequirements' nodes input: nodes are
+// separated by '|', each "zone/rack/pool/keys" where an empty field is an
+// absent label and keys is "zr" (zone and rack), "-" (no CSINode) or
+// anything else (zone). A node written "before>after" is fed as before, and
+// as after once the first check registered the class ("-" deletes it). false
+// means "-": no such node.
 func parseFuzzNode(spec string) (fuzzNode, bool) {
 	if spec == "-" {
 		return fuzzNode{}, false
