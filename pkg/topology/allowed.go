@@ -67,14 +67,16 @@ func validateTerms(terms []v1.TopologySelectorTerm) error {
 
 // MatchLabels reports whether labels satisfy allowedTopologies, as the
 // scheduler does: nil or empty terms match everything; otherwise some term
-// must have every expression's key among labels with one of its values.
-// Keys that are not driver topology keys are matched like any other.
+// must have every expression's key among labels with one of its values. A
+// term without expressions matches nothing (kube-scheduler's volume binding
+// and Flatten agree). Keys that are not driver topology keys are matched
+// like any other.
 func MatchLabels(terms []v1.TopologySelectorTerm, labels map[string]string) bool {
 	if len(terms) == 0 {
 		return true
 	}
 	for _, term := range terms {
-		if termMatches(term, func(key string, values []string) bool {
+		if len(term.MatchLabelExpressions) > 0 && termMatches(term, func(key string, values []string) bool {
 			v, ok := labels[key]
 			return ok && contains(values, v)
 		}) {

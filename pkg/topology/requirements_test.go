@@ -279,6 +279,10 @@ func TestRequirementsImmediate(t *testing.T) {
 			index: keyless, wantErr: ErrNoAllowedSegment, wantMsg: []string{"reports topology yet"},
 		},
 		{name: "no index: refused", allowed: unknown, wantErr: ErrNoAllowedSegment},
+		{
+			name: "a term without expressions allows nothing", allowed: []v1.TopologySelectorTerm{term()}, index: zones,
+			wantErr: ErrNoAllowedSegment, wantMsg: []string{"allowedTopologies [{}]"},
+		},
 		{name: "invalid allowedTopologies", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey))}, index: zones, wantErr: ErrInvalidTopology},
 	}
 	for _, tc := range tests {
