@@ -2,6 +2,8 @@ package topology
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -65,14 +67,16 @@ func validateTerms(terms []v1.TopologySelectorTerm) error {
 
 // MatchLabels reports whether labels satisfy allowedTopologies, as the
 // scheduler does: nil or empty terms match everything; otherwise some term
-// must have every expression's key among labels with one of its values.
-// Keys that are not driver topology keys are matched like any other.
+// must have every expression's key among labels with one of its values. A
+// term without expressions matches nothing (kube-scheduler's volume binding
+// and Flatten agree). Keys that are not driver topology keys are matched
+// like any other.
 func MatchLabels(terms []v1.TopologySelectorTerm, labels map[string]string) bool {
 	if len(terms) == 0 {
 		return true
 	}
 	for _, term := range terms {
-		if termMatches(term, func(key string, values []string) bool {
+		if len(term.MatchLabelExpressions) > 0 && termMatches(term, func(key string, values []string) bool {
 			v, ok := labels[key]
 			return ok && contains(values, v)
 		}) {
@@ -92,23 +96,44 @@ func termMatches(term v1.TopologySelectorTerm, accept func(key string, values []
 	return true
 }
 
-// allowsSegment reports whether seg, a segment over driver keys, is allowed
-// by terms. Expressions on keys the segment does not have (labels that are
-// not driver topology keys) are ignored: they constrain nodes, not segments.
-func allowsSegment(terms []v1.TopologySelectorTerm, seg Segment) bool {
-	if len(terms) == 0 {
-		return true
-	}
+// termsID is a canonical string of valid terms: equal for allowedTopologies
+// that differ only in the order of terms, of expressions or of values, or in
+// duplicates. It keys the Index's term sets.
+func termsID(terms []v1.TopologySelectorTerm) string {
+	ids := make([]string, 0, len(terms))
 	for _, term := range terms {
-		if termMatches(term, func(key string, values []string) bool {
-			v, ok := seg[key]
-			// A key the segment lacks is not a driver key: it passes.
-			return !ok || contains(values, v)
-		}) {
-			return true
+		exprs := make([]string, 0, len(term.MatchLabelExpressions))
+		for _, e := range term.MatchLabelExpressions {
+			values := slices.Compact(slices.Sorted(slices.Values(e.Values)))
+			exprs = append(exprs, e.Key+"\x01"+strings.Join(values, "\x02"))
 		}
+		slices.Sort(exprs)
+		ids = append(ids, strings.Join(exprs, "\x03"))
 	}
-	return false
+	slices.Sort(ids)
+	return strings.Join(slices.Compact(ids), "\x04")
+}
+
+// formatTerms renders allowedTopologies for messages, terms as written:
+// [{zone in (z1,z2), example.com/pool in (gold)}, {zone in (z3)}].
+func formatTerms(terms []v1.TopologySelectorTerm) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, term := range terms {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('{')
+		for j, e := range term.MatchLabelExpressions {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s in (%s)", e.Key, strings.Join(e.Values, ","))
+		}
+		b.WriteByte('}')
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 func contains(values []string, v string) bool {

@@ -94,6 +94,13 @@ func TestMatchLabels(t *testing.T) {
 			labels: map[string]string{zoneKey: "z1", "example.com/pool": "gold"},
 			want:   true,
 		},
+		{name: "empty term matches nothing, as in kube-scheduler", terms: []v1.TopologySelectorTerm{term()}, labels: map[string]string{zoneKey: "z1"}, want: false},
+		{
+			name:   "empty term ORed with a matching term",
+			terms:  []v1.TopologySelectorTerm{term(), term(expr(zoneKey, "z1"))},
+			labels: map[string]string{zoneKey: "z1"},
+			want:   true,
+		},
 		{
 			name:   "non-driver label mismatch",
 			terms:  []v1.TopologySelectorTerm{term(expr("example.com/pool", "gold"))},

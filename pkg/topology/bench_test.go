@@ -3,6 +3,8 @@ package topology
 import (
 	"fmt"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // benchmarkRequirements measures one delayed-binding claim's requirements on
@@ -51,3 +53,65 @@ func BenchmarkIndexNodeUpdate(b *testing.B) {
 		i++
 	}
 }
+
+// goldIndex returns an index of nodes spread over 10 zones, the first node
+// of each zone and then every other ten labelled pool=gold (not a driver
+// key), and the class terms "zone in zone-0..zone-4 AND pool=gold",
+// registered.
+func goldIndex(b *testing.B, nodes int) (*Index, []v1.TopologySelectorTerm) {
+	idx := NewIndex(testDriver)
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		labels := map[string]string{zoneKey: fmt.Sprintf("zone-%d", i%10)}
+		if (i/10)%2 == 0 {
+			labels[poolKey] = "gold"
+		}
+		idx.UpsertNode(makeNode(name, labels))
+		idx.UpsertCSINode(makeCSINode(name, testDriver, zoneKey))
+	}
+	terms := []v1.TopologySelectorTerm{term(expr(zoneKey, "zone-0", "zone-1", "zone-2", "zone-3", "zone-4"), expr(poolKey, "gold"))}
+	if segs, _ := idx.allowed(terms, nil); len(segs) != 5 {
+		b.Fatalf("allowed segments %v, want 5", segs)
+	}
+	return idx, terms
+}
+
+// benchmarkImmediateAllowed measures one immediate-binding claim whose class
+// ANDs zones with a label that is not a driver key; its cost must not depend
+// on nodes.
+func benchmarkImmediateAllowed(b *testing.B, nodes int) {
+	idx, terms := goldIndex(b, nodes)
+	in := RequirementsInput{Driver: testDriver, AllowedTopologies: terms, Index: idx, ClaimName: "data-web-3"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Requirements(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkImmediateAllowed10Nodes(b *testing.B)    { benchmarkImmediateAllowed(b, 10) }
+func BenchmarkImmediateAllowed10000Nodes(b *testing.B) { benchmarkImmediateAllowed(b, 10000) }
+
+// benchmarkNodeUpdateTermSet measures one Node update event, with a
+// registered term set, that alternately moves a node into a segment with the
+// class's label and out of it with another segment and without the label.
+func benchmarkNodeUpdateTermSet(b *testing.B, nodes int) {
+	idx, _ := goldIndex(b, nodes)
+	in := makeNode("moving", map[string]string{zoneKey: "zone-1", poolKey: "gold"})
+	out := makeNode("moving", map[string]string{zoneKey: "zone-2"})
+	idx.UpsertCSINode(makeCSINode("moving", testDriver, zoneKey))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i%2 == 0 {
+			idx.UpsertNode(in)
+		} else {
+			idx.UpsertNode(out)
+		}
+		i++
+	}
+}
+
+func BenchmarkNodeUpdateTermSet10Nodes(b *testing.B)    { benchmarkNodeUpdateTermSet(b, 10) }
+func BenchmarkNodeUpdateTermSet10000Nodes(b *testing.B) { benchmarkNodeUpdateTermSet(b, 10000) }

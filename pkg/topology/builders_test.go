@@ -12,6 +12,8 @@ const (
 	zoneKey    = "topology.mock.csi.example.com/zone"
 	rackKey    = "topology.mock.csi.example.com/rack"
 	hostKey    = "topology.mock.csi.example.com/hostname"
+	// poolKey is a node label that is not a driver topology key.
+	poolKey = "example.com/pool"
 )
 
 // term builds a TopologySelectorTerm from key, values... pairs.
@@ -42,6 +44,11 @@ func seg(kv ...string) Segment {
 		s[kv[i]] = kv[i+1]
 	}
 	return s
+}
+
+// nodeLabels builds a label map from key, value pairs.
+func nodeLabels(kv ...string) map[string]string {
+	return map[string]string(seg(kv...))
 }
 
 func csiTopo(segs ...Segment) []*csi.Topology {

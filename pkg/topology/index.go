@@ -17,6 +17,27 @@ import (
 // reference-counted per key set; the sorted slice Segments returns is cached
 // and rebuilt only after the set of segments changed.
 //
+// For a class's allowedTopologies, the segments a claim may ask for are those
+// where at least one contributing node satisfies a whole term, labels that
+// are not driver keys included (see Requirements). The index keeps these per
+// distinct allowedTopologies (a term set, keyed by a canonical string of its
+// terms): the first claim that uses one registers it, walking the nodes once;
+// from then on the set keeps, per key set and segment, a count of the
+// contributing nodes that satisfy its terms, and every Node or CSINode event
+// re-evaluates that one node against each registered set: O(term sets) per
+// event, O(size of terms) per claim. The sorted segments per term set and key
+// set are cached until a count goes to or from zero. At most 64 term sets are
+// kept; the least recently used one is dropped and registered again when a
+// claim needs it.
+//
+// Example: driver key zone; a class with
+// [{zone in (z1,z2), example.com/pool in (gold)}]; nodes a (z1, gold),
+// b (z1), c (z2). On registration only a satisfies the term: counts
+// {zone=z1: 1}, segments [zone=z1]. c is labelled pool=gold: its
+// contribution (zone=z2) is unchanged but it now satisfies the term, so
+// counts become {zone=z1: 1, zone=z2: 1}. a is deleted: {zone=z2: 1}, and z1
+// is no longer allowed although b is still in it.
+//
 // All methods are safe for concurrent use. Objects passed in are only read
 // and may be shared with an informer cache.
 type Index struct {
@@ -29,7 +50,12 @@ type Index struct {
 	// contrib is the segment each node currently contributes.
 	contrib map[string]contribution
 	// sets holds the segments per key set.
-	sets map[string]*segmentSet
+	sets segmentSets
+	// terms holds the registered allowedTopologies term sets by termsID;
+	// tick orders their use, for eviction.
+	terms       map[string]*termSet
+	tick        uint64
+	maxTermSets int
 	// onNew is told of each segment that appears; fresh collects them
 	// under mu until the lock is released.
 	onNew func(Segment)
@@ -55,7 +81,10 @@ func NewIndex(driver string) *Index {
 		labels:  map[string]map[string]string{},
 		keys:    map[string][]string{},
 		contrib: map[string]contribution{},
-		sets:    map[string]*segmentSet{},
+		sets:    segmentSets{},
+		terms:   map[string]*termSet{},
+
+		maxTermSets: defaultMaxTermSets,
 	}
 }
 
@@ -120,8 +149,10 @@ func (i *Index) DeleteCSINode(name string) {
 	})
 }
 
-// recompute moves node's contribution to what its labels and keys say now.
-// Called with mu held.
+// recompute moves node's contribution to what its labels and keys say now,
+// and its membership in every registered term set: the latter even when the
+// contribution is unchanged, since labels that are not driver keys may have
+// changed. Called with mu held.
 func (i *Index) recompute(node string) {
 	old, had := i.contrib[node]
 	var now contribution
@@ -134,47 +165,62 @@ func (i *Index) recompute(node string) {
 			now = contribution{keySet: keySetID(keys), segment: s.String()}
 		}
 	}
-	if had && seg != nil && old == now {
-		return
+	if !had || seg == nil || old != now {
+		if had {
+			i.sets.release(old)
+			delete(i.contrib, node)
+		}
+		if seg != nil {
+			i.acquire(now, keys, seg)
+			i.contrib[node] = now
+		}
 	}
-	if had {
-		i.release(old)
-		delete(i.contrib, node)
-	}
-	if seg != nil {
-		i.acquire(now, keys, seg)
-		i.contrib[node] = now
+	for _, ts := range i.terms {
+		ts.update(node, now, keys, seg, seg != nil && MatchLabels(ts.terms, labels))
 	}
 }
 
 func (i *Index) acquire(c contribution, keys []string, seg Segment) {
-	set, ok := i.sets[c.keySet]
-	if !ok {
-		set = &segmentSet{keys: keys, counts: map[string]int{}, segs: map[string]Segment{}}
-		i.sets[c.keySet] = set
+	if i.sets.acquire(c, keys, seg) && i.onNew != nil {
+		i.fresh = append(i.fresh, seg)
 	}
-	if set.counts[c.segment] == 0 {
-		set.segs[c.segment] = seg
-		set.sorted = nil
-		if i.onNew != nil {
-			i.fresh = append(i.fresh, seg)
-		}
-	}
-	set.counts[c.segment]++
 }
 
-func (i *Index) release(c contribution) {
-	set := i.sets[c.keySet]
+// segmentSets holds reference-counted segments per key set (keySetID).
+type segmentSets map[string]*segmentSet
+
+// acquire counts one more node in c's segment and reports whether the
+// segment is new.
+func (m segmentSets) acquire(c contribution, keys []string, seg Segment) bool {
+	set, ok := m[c.keySet]
+	if !ok {
+		set = &segmentSet{keys: keys, counts: map[string]int{}, segs: map[string]Segment{}}
+		m[c.keySet] = set
+	}
+	set.counts[c.segment]++
+	if set.counts[c.segment] > 1 {
+		return false
+	}
+	set.segs[c.segment] = seg
+	set.sorted = nil
+	return true
+}
+
+// release counts one node less in c's segment and reports whether the
+// segment is gone.
+func (m segmentSets) release(c contribution) bool {
+	set := m[c.keySet]
 	set.counts[c.segment]--
 	if set.counts[c.segment] > 0 {
-		return
+		return false
 	}
 	delete(set.counts, c.segment)
 	delete(set.segs, c.segment)
 	set.sorted = nil
 	if len(set.counts) == 0 {
-		delete(i.sets, c.keySet)
+		delete(m, c.keySet)
 	}
+	return true
 }
 
 // Segments returns the distinct segments, sorted by Segment.String, of the

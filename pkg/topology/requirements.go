@@ -38,25 +38,43 @@ type RequirementsInput struct {
 
 // Requirements builds the accessibility requirements of CreateVolume.
 //
+// The rule for AllowedTopologies, in both modes: a segment may be asked for
+// only if at least one node of the driver in it (one the Index counts: a
+// CSINode entry with topology keys and labels for all of them) satisfies a
+// whole term, with the same matching as MatchLabels, so expressions on labels
+// that are not driver topology keys count too. A combination of the terms
+// that no such node forms is never asked for. The Index keeps these segments
+// current, so a claim costs O(segments), not O(nodes).
+//
 // Delayed binding (SelectedNodeName set): the keys come from the node's
 // CSINode entry for the driver and the node's segment from its labels for
 // those keys; the node must satisfy AllowedTopologies. preferred[0] is the
 // node's segment, followed by the other requisite segments in requisite
-// order starting after it. requisite is every segment the index knows with
-// the same keys that AllowedTopologies allows, and always the node's own
-// segment. With Strict, requisite and preferred are exactly the node's
-// segment. Errors are *NodeError (ErrNodeIneligible) or wrap
-// ErrInvalidTopology.
+// order starting after it. requisite is the node's own segment (the node
+// itself was checked, even before the index has seen it) and every other
+// segment with the same keys that the rule above allows (without
+// AllowedTopologies: every known segment with those keys). With Strict,
+// requisite and preferred are exactly the node's segment. Errors are
+// *NodeError (ErrNodeIneligible) or wrap ErrInvalidTopology.
 //
-// Immediate binding: with AllowedTopologies, requisite is every segment of
-// the driver it allows (see allowedSegments); none is an error wrapping
-// ErrNoAllowedSegment, never "no requirements", which would let the driver
+// Immediate binding: with AllowedTopologies, requisite is every segment, of
+// every key set, that the rule above allows. When there is none, because no
+// node of the driver reports topology yet or because none of them satisfies
+// a term, the result is an error wrapping ErrNoAllowedSegment that names the
+// terms and says which: never "no requirements", which would let the driver
 // put the volume anywhere. Without AllowedTopologies and with Immediate,
 // requisite is every known segment. Otherwise, or when no segment is known,
-// there are no requirements (nil). preferred is requisite
-// rotated by a stable hash of the claim name; for a StatefulSet claim
-// "data-web-3" the hash is of "data-web" and the rotation is offset by 3, so
-// replicas start on consecutive segments.
+// there are no requirements (nil): the class does not restrict the volume.
+// preferred is requisite rotated by a stable hash of the claim name; for a
+// StatefulSet claim "data-web-3" the hash is of "data-web" and the rotation
+// is offset by 3, so replicas start on consecutive segments.
+//
+// Example: zone is the only driver key; nodes a (zone=z1, pool=gold),
+// b (zone=z2) and c (zone=z3, pool=gold); the class allows
+// [{zone in (z1,z2), pool in (gold)}]. Immediate: requisite is [zone=z1]
+// (b is in z2 but not gold, c is gold but in z3). Delayed on node a: the
+// same. With [{example.com/unknown in (x)}], which no node carries,
+// immediate binding fails with ErrNoAllowedSegment.
 //
 // requisite is sorted by Segment.String.
 func Requirements(in RequirementsInput) (*csi.TopologyRequirement, error) {
@@ -71,7 +89,7 @@ func delayedRequirements(in RequirementsInput) (*csi.TopologyRequirement, error)
 	if in.SelectedNode == nil {
 		return nil, nodeError(name, NodeNotFound, "the node no longer exists")
 	}
-	if _, err := Flatten(in.AllowedTopologies); err != nil {
+	if err := validateTerms(in.AllowedTopologies); err != nil {
 		return nil, err
 	}
 	if in.CSINode == nil {
@@ -102,18 +120,17 @@ func delayedRequirements(in RequirementsInput) (*csi.TopologyRequirement, error)
 		t := toCSI([]Segment{seg})
 		return &csi.TopologyRequirement{Requisite: t, Preferred: t}, nil
 	}
-	var known []Segment
-	if in.Index != nil {
-		known = in.Index.Segments(keys)
+	var others []Segment
+	switch {
+	case in.Index == nil:
+	case len(in.AllowedTopologies) == 0:
+		others = in.Index.Segments(keys)
+	default:
+		others, _ = in.Index.allowed(in.AllowedTopologies, keys)
 	}
-	requisite := make([]Segment, 0, len(known)+1)
+	requisite := make([]Segment, 0, len(others)+1)
 	requisite = append(requisite, seg)
-	for _, s := range known {
-		if allowsSegment(in.AllowedTopologies, s) {
-			requisite = append(requisite, s)
-		}
-	}
-	requisite = sortSegments(requisite)
+	requisite = sortSegments(append(requisite, others...))
 	own := seg.String()
 	start := 0
 	for i, s := range requisite {
@@ -132,12 +149,9 @@ func immediateRequirements(in RequirementsInput) (*csi.TopologyRequirement, erro
 	var requisite []Segment
 	switch {
 	case len(in.AllowedTopologies) > 0:
-		flat, err := Flatten(in.AllowedTopologies)
-		if err != nil {
+		var err error
+		if requisite, err = allowedSegments(in); err != nil {
 			return nil, err
-		}
-		if requisite = allowedSegments(in.AllowedTopologies, flat, in.Index); len(requisite) == 0 {
-			return nil, fmt.Errorf("%w: no segment of CSI driver %q satisfies the StorageClass's allowedTopologies", ErrNoAllowedSegment, in.Driver)
 		}
 	case in.Immediate && in.Index != nil:
 		requisite = in.Index.allSegments()
@@ -151,34 +165,29 @@ func immediateRequirements(in RequirementsInput) (*csi.TopologyRequirement, erro
 	}, nil
 }
 
-// allowedSegments returns the segments allowedTopologies allows for the
-// driver: for every key set the index knows, the known segments the terms
-// allow (terms may name only some of the driver's keys, or other labels),
-// plus every flattened combination that covers the key set, projected onto
-// it (so a segment no node reports yet can still be asked for). When the
-// index knows no key sets, the flattened segments are kept as written.
-func allowedSegments(terms []v1.TopologySelectorTerm, flat []Segment, index *Index) []Segment {
-	var keySets [][]string
-	if index != nil {
-		keySets = index.KeySets()
+// allowedSegments returns the segments, of every key set, in which some node
+// of the driver satisfies the class's allowedTopologies (see Requirements),
+// or an error wrapping ErrInvalidTopology or ErrNoAllowedSegment; never an
+// empty list without an error.
+func allowedSegments(in RequirementsInput) ([]Segment, error) {
+	if err := validateTerms(in.AllowedTopologies); err != nil {
+		return nil, err
 	}
-	if len(keySets) == 0 {
-		return flat
+	var segs []Segment
+	nodes := 0
+	if in.Index != nil {
+		segs, nodes = in.Index.allowed(in.AllowedTopologies, nil)
 	}
-	var out []Segment
-	for _, keys := range keySets {
-		for _, s := range index.Segments(keys) {
-			if allowsSegment(terms, s) {
-				out = append(out, s)
-			}
-		}
-		for _, seg := range flat {
-			if p, ok := seg.Project(keys); ok {
-				out = append(out, p)
-			}
-		}
+	switch {
+	case len(segs) > 0:
+		return segs, nil
+	case nodes == 0:
+		return nil, fmt.Errorf("%w: no node of CSI driver %q reports topology yet (a CSINode entry with topology keys and labels for all of them), so no segment is known where a node satisfies the StorageClass's allowedTopologies %s",
+			ErrNoAllowedSegment, in.Driver, formatTerms(in.AllowedTopologies))
+	default:
+		return nil, fmt.Errorf("%w: no node of CSI driver %q has labels satisfying any term of the StorageClass's allowedTopologies %s (%d node(s) of the driver report topology)",
+			ErrNoAllowedSegment, in.Driver, formatTerms(in.AllowedTopologies), nodes)
 	}
-	return sortSegments(out)
 }
 
 var statefulSetOrdinal = regexp.MustCompile(`^(.*)-([0-9]+)$`)

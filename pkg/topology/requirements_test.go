@@ -2,6 +2,7 @@ package topology
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -26,6 +27,14 @@ func TestRequirementsDelayed(t *testing.T) {
 	zoneRack := []v1.TopologySelectorTerm{
 		term(expr(zoneKey, "z1"), expr(rackKey, "r1", "r2")),
 		term(expr(zoneKey, "z2"), expr(rackKey, "r1")),
+	}
+	// Only p1 (z1) and p3 (z3) carry pool=gold.
+	pools := NewIndex(testDriver)
+	for _, e := range events(
+		zonalNode("p1", zoneKey, "z1", poolKey, "gold"), zonalNode("p2", zoneKey, "z1"),
+		zonalNode("p3", zoneKey, "z3", poolKey, "gold"), zonalNode("p4", zoneKey, "z2"), zonalNode("p5", zoneKey, "z4"),
+	) {
+		e(pools)
 	}
 
 	tests := []struct {
@@ -72,14 +81,25 @@ func TestRequirementsDelayed(t *testing.T) {
 			},
 		},
 		{
-			name:    "non-driver key in allowedTopologies is matched on the node only",
+			name:    "non-driver label: other segments only where a node satisfies the whole term",
 			node:    n1,
 			csiNode: n1CSI,
-			index:   zones,
-			allowed: []v1.TopologySelectorTerm{term(expr("example.com/pool", "gold"), expr(zoneKey, "z1", "z2"))},
+			index:   pools,
+			allowed: []v1.TopologySelectorTerm{term(expr(poolKey, "gold"), expr(zoneKey, "z1", "z2", "z4"))},
 			want: &csi.TopologyRequirement{
 				Requisite: csiTopo(seg(zoneKey, "z1"), seg(zoneKey, "z2")),
 				Preferred: csiTopo(seg(zoneKey, "z2"), seg(zoneKey, "z1")),
+			},
+		},
+		{
+			name:    "non-driver label no other node carries: only the node's segment",
+			node:    n1,
+			csiNode: n1CSI,
+			index:   zones,
+			allowed: []v1.TopologySelectorTerm{term(expr(poolKey, "gold"), expr(zoneKey, "z1", "z2"))},
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z2")),
+				Preferred: csiTopo(seg(zoneKey, "z2")),
 			},
 		},
 		{
@@ -168,6 +188,20 @@ func TestRequirementsImmediate(t *testing.T) {
 		racks.UpsertNode(makeNode(n.name, map[string]string{zoneKey: n.zone, rackKey: n.rack}))
 		racks.UpsertCSINode(makeCSINode(n.name, testDriver, zoneKey, rackKey))
 	}
+	// In z1 only p1 carries pool=gold, in z3 only p3; z2 has no gold node.
+	pools := NewIndex(testDriver)
+	for _, e := range events(
+		zonalNode("p1", zoneKey, "z1", poolKey, "gold"), zonalNode("p2", zoneKey, "z1", poolKey, "silver"),
+		zonalNode("p3", zoneKey, "z3", poolKey, "gold"), zonalNode("p4", zoneKey, "z3"), zonalNode("p5", zoneKey, "z2"),
+		[]indexEvent{upsertNode("p6", zoneKey, "z2", poolKey, "gold")}, // no CSINode: does not count
+	) {
+		e(pools)
+	}
+	// The driver registered, but without topology keys.
+	keyless := NewIndex(testDriver)
+	keyless.UpsertNode(makeNode("k", map[string]string{zoneKey: "z1"}))
+	keyless.UpsertCSINode(makeCSINode("k", testDriver))
+	unknown := []v1.TopologySelectorTerm{term(expr("example.com/unknown", "x"))}
 	tests := []struct {
 		name      string
 		allowed   []v1.TopologySelectorTerm
@@ -175,6 +209,8 @@ func TestRequirementsImmediate(t *testing.T) {
 		index     *Index
 		want      *csi.TopologyRequirement
 		wantErr   error
+		// wantMsg lists what the error message must say.
+		wantMsg []string
 	}{
 		{
 			name:      "all known segments",
@@ -188,13 +224,29 @@ func TestRequirementsImmediate(t *testing.T) {
 		{name: "immediate topology off", immediate: false, index: zones, want: nil},
 		{name: "nothing known", immediate: true, index: NewIndex(testDriver), want: nil},
 		{
-			name:    "allowedTopologies projected onto driver keys",
-			allowed: []v1.TopologySelectorTerm{term(expr("example.com/pool", "gold"), expr(zoneKey, "z1", "z3"))},
-			index:   zones,
+			name:    "driver key AND a label only some nodes of a zone carry",
+			allowed: []v1.TopologySelectorTerm{term(expr(poolKey, "gold"), expr(zoneKey, "z1", "z2"))},
+			index:   pools,
+			want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z1")),
+				Preferred: csiTopo(seg(zoneKey, "z1")),
+			},
+		},
+		{
+			name:    "terms ORed, each matched as a whole",
+			allowed: []v1.TopologySelectorTerm{term(expr(poolKey, "gold"), expr(zoneKey, "z2", "z3")), term(expr(poolKey, "silver"))},
+			index:   pools,
 			want: &csi.TopologyRequirement{
 				Requisite: csiTopo(seg(zoneKey, "z1"), seg(zoneKey, "z3")),
 				Preferred: csiTopo(seg(zoneKey, "z3"), seg(zoneKey, "z1")),
 			},
+		},
+		{
+			name:    "unknown key no node carries",
+			allowed: unknown,
+			index:   zones,
+			wantErr: ErrNoAllowedSegment,
+			wantMsg: []string{"[{example.com/unknown in (x)}]", `no node of CSI driver "mock.csi.example.com" has labels satisfying any term`, "3 node(s)"},
 		},
 		{
 			name:    "allowedTopologies naming only some driver keys select known segments",
@@ -205,15 +257,31 @@ func TestRequirementsImmediate(t *testing.T) {
 				Preferred: csiTopo(seg(zoneKey, "z2", rackKey, "r2"), seg(zoneKey, "z2", rackKey, "r1")),
 			},
 		},
-		{name: "no known segment allowed", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z9"))}, index: racks, wantErr: ErrNoAllowedSegment},
 		{
-			name:    "allowedTopologies kept as written when no key set is known",
-			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},
-			index:   NewIndex(testDriver),
+			name:    "a combination no node forms is not asked for",
+			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1", "z2"), expr(rackKey, "r2"))},
+			index:   racks,
 			want: &csi.TopologyRequirement{
-				Requisite: csiTopo(seg(zoneKey, "z1")),
-				Preferred: csiTopo(seg(zoneKey, "z1")),
+				Requisite: csiTopo(seg(zoneKey, "z2", rackKey, "r2")),
+				Preferred: csiTopo(seg(zoneKey, "z2", rackKey, "r2")),
 			},
+		},
+		{
+			name: "no known segment allowed", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z9"))}, index: racks,
+			wantErr: ErrNoAllowedSegment, wantMsg: []string{"[{" + zoneKey + " in (z9)}]"},
+		},
+		{
+			name: "no node reports topology: refused, the terms are not passed through", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},
+			index: NewIndex(testDriver), wantErr: ErrNoAllowedSegment, wantMsg: []string{"reports topology yet", "[{" + zoneKey + " in (z1)}]"},
+		},
+		{
+			name: "driver without topology keys: refused", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},
+			index: keyless, wantErr: ErrNoAllowedSegment, wantMsg: []string{"reports topology yet"},
+		},
+		{name: "no index: refused", allowed: unknown, wantErr: ErrNoAllowedSegment},
+		{
+			name: "a term without expressions allows nothing", allowed: []v1.TopologySelectorTerm{term()}, index: zones,
+			wantErr: ErrNoAllowedSegment, wantMsg: []string{"allowedTopologies [{}]"},
 		},
 		{name: "invalid allowedTopologies", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey))}, index: zones, wantErr: ErrInvalidTopology},
 	}
@@ -225,6 +293,11 @@ func TestRequirementsImmediate(t *testing.T) {
 			})
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			for _, w := range tc.wantMsg {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
 			}
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Errorf("requirements (-want +got):\n%s", diff)

@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestImmediateAllowedTopologiesUnknownKey: with immediate binding, a class's
+// allowedTopologies restricts the volume to segments where some node of the
+// driver satisfies a whole term, labels that are not driver keys included.
+// A term no node satisfies leaves the claim Pending with a Warning Event that
+// names the term and says why, and makes no volume; a term that ANDs zones
+// with a label only one node carries puts the volume in that node's zone.
+func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
+	t.Run("no node satisfies the class", func(t *testing.T) {
+		ctx, ns := newNamespace(t)
+		before := volumeCount(t, ctx)
+		class := newClass(t, ctx, ns+"-unknown", classOpts{immediate: true, terms: []v1.TopologySelectorTerm{
+			{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: "example.com/unknown", Values: []string{"x"}}}},
+		}})
+		newPVC(t, ctx, ns, "data", class)
+		want := []string{"[{example.com/unknown in (x)}]", "no node of CSI driver"}
+		var events string
+		if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			if pvc.Status.Phase == v1.ClaimBound {
+				return false, fmt.Errorf("claim bound to PV %s despite a class no node satisfies", pvc.Spec.VolumeName)
+			}
+			events = eventsOf(ctx, ns, "PersistentVolumeClaim", "data")
+			return warningSays(events, "ProvisioningFailed", want), nil
+		}); err != nil {
+			t.Fatalf("no Warning ProvisioningFailed Event saying %q: %v; events:%s", want, err, eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
+		}
+		t.Logf("claim events:%s", events)
+		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pvc.Status.Phase != v1.ClaimPending || pvc.Spec.VolumeName != "" {
+			t.Errorf("claim phase %s, volume %q; want Pending without a volume", pvc.Status.Phase, pvc.Spec.VolumeName)
+		}
+		if n := volumesOfClaim(t, ctx, pvc.UID); n != 0 {
+			t.Errorf("the driver has %d volume(s) for the claim, want none", n)
+		}
+		if after := volumeCount(t, ctx); after > before {
+			t.Errorf("driver volumes %d -> %d: a refused claim made a volume", before, after)
+		}
+		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pv := range pvs.Items {
+			if ref := pv.Spec.ClaimRef; ref != nil && ref.UID == pvc.UID {
+				t.Errorf("PV %s made for the claim", pv.Name)
+			}
+		}
+	})
+
+	t.Run("zones AND a label only one node carries", func(t *testing.T) {
+		ctx, ns := newNamespace(t)
+		const labelKey, node = "example.com/e2e-immediate-ssd", "node-z2-b"
+		setNodeLabel(t, ctx, node, labelKey, "yes")
+		class := newClass(t, ctx, ns+"-ssd", classOpts{immediate: true, terms: []v1.TopologySelectorTerm{
+			{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
+				{Key: zoneKey, Values: []string{"z1", "z2"}},
+				{Key: labelKey, Values: []string{"yes"}},
+			}},
+		}})
+		// Several claims: each prefers another allowed segment first, so a
+		// widened requisite would show in at least one of them.
+		for i := 0; i < 3; i++ {
+			newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
+		}
+		for i := 0; i < 3; i++ {
+			pv := waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
+			if zones := affinityZones(pv); !slices.Equal(zones, []string{"z2"}) {
+				t.Errorf("claim data-%d: PV affinity zones %v, want [z2] (only %s carries %s)", i, zones, node, labelKey)
+			}
+			if seg := volumeOf(t, ctx, pv).Segment; seg[zoneKey] != "z2" || seg[rackKey] != env.Racks[node] {
+				t.Errorf("claim data-%d: driver volume in %v, want the segment of %s", i, seg, node)
+			}
+		}
+	})
+}
+
+// warningSays reports whether events (as eventsOf renders them) hold a
+// Warning of reason whose message contains every string of want.
+func warningSays(events, reason string, want []string) bool {
+	for _, line := range strings.Split(events, "\n") {
+		msg, ok := strings.CutPrefix(strings.TrimSpace(line), "Warning "+reason+": ")
+		if !ok {
+			continue
+		}
+		all := true
+		for _, w := range want {
+			all = all && strings.Contains(msg, w)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// volumesOfClaim counts the driver's volumes made for a claim (the volume
+// name carries the claim UID).
+func volumesOfClaim(t *testing.T, ctx context.Context, uid types.UID) int {
+	t.Helper()
+	vols, err := env.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range vols {
+		if strings.Contains(v.Name, string(uid)) {
+			n++
+		}
+	}
+	return n
+}
+
+// setNodeLabel sets a label on a node for the duration of the test.
+func setNodeLabel(t *testing.T, ctx context.Context, node, key, value string) {
+	t.Helper()
+	patch := func(ctx context.Context, v any) error {
+		data := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%s}}}`, key, v)
+		_, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{})
+		return err
+	}
+	if err := patch(ctx, fmt.Sprintf("%q", value)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := patch(context.WithoutCancel(ctx), "null"); err != nil {
+			t.Errorf("removing label %s from node %s: %v", key, node, err)
+		}
+	})
+}
