@@ -138,6 +138,12 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	mm := metrics.NewCSIMetricsManagerForSidecar("")
+	// HTTP first: /livez answers while the process waits for its driver.
+	h := &health{address: cfg.csiAddress}
+	if cfg.httpEndpoint != "" {
+		srv := httpServer(ctx, cfg.httpEndpoint, mm, h)
+		defer srv.Close()
+	}
 	// No OnConnectionLoss: csi-lib-utils reconnects by default, and the
 	// DriverMonitor below reports the outage and checks the driver when it
 	// is back.
@@ -169,11 +175,7 @@ func run(ctx context.Context, cfg config) error {
 		Address: cfg.csiAddress, Driver: info, UsesCapacity: cfg.enableCapacity,
 		CallTimeout: cc.Provisioner.Timeout, OnReconnect: ctrl.RetryNow, Metrics: mm.GetRegistry(),
 	})
-	if cfg.httpEndpoint != "" {
-		h := health{driver: monitor.Status, probe: probeFunc(conn), leading: ctrl.Leading}
-		srv := httpServer(ctx, cfg.httpEndpoint, mm, h)
-		defer srv.Close()
-	}
+	h.connected(healthSources{driver: monitor.Status, probe: probeFunc(conn), leading: ctrl.Leading})
 	return runUntilFirstError(ctx, ctrl.Run, monitor.Run)
 }
 
@@ -218,17 +220,16 @@ func capacityConfig(ctx context.Context, cfg config, info provisioner.DriverInfo
 }
 
 // runUntilFirstError runs every function until ctx is done or one of them
-// returns an error, which ends the others (their context is cancelled) and
-// is returned once they all have returned.
+// returns, which ends the others (their context is cancelled); the first
+// one's error is returned once they all have returned.
 func runUntilFirstError(ctx context.Context, fns ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	for _, fn := range fns {
 		wg.Go(func() {
-			if err := fn(ctx); err != nil {
-				cancel(err)
-			}
+			cancel(fn(ctx)) // nil: context.Canceled
+
 		})
 	}
 	wg.Wait()
@@ -251,7 +252,7 @@ func probeFunc(conn *grpc.ClientConn) func(context.Context) error {
 
 // httpServer serves /metrics (CSI calls, operations, reschedules, capacity,
 // driver connection) and the health endpoints of h until ctx is done.
-func httpServer(ctx context.Context, addr string, mm metrics.CSIMetricsManager, h health) *http.Server {
+func httpServer(ctx context.Context, addr string, mm metrics.CSIMetricsManager, h *health) *http.Server {
 	logger := klog.FromContext(ctx)
 	mux := http.NewServeMux()
 	mm.RegisterToServer(mux, "/metrics")
