@@ -83,22 +83,27 @@ func parseFlags(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if err := logOpts.Apply(); err != nil {
-		return c, err
-	}
 	if c.capacity.Namespace == "" {
 		c.capacity.Namespace = "default"
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	return c, logOpts.Apply()
+}
+
+// validate checks what parseFlags can check without I/O.
+func (c config) validate() error {
 	if _, err := provisioner.SocketPath(c.csiAddress); err != nil {
-		return c, fmt.Errorf("--csi-address: %w", err)
+		return fmt.Errorf("--csi-address: %w", err)
 	}
 	if c.kubeAPIQPS <= 0 || c.kubeAPIBurst <= 0 {
-		return c, errors.New("--kube-api-qps and --kube-api-burst must be positive")
+		return errors.New("--kube-api-qps and --kube-api-burst must be positive")
 	}
-	return c, nil
+	return nil
 }
 
 func main() {
