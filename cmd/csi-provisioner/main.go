@@ -52,11 +52,11 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("csi-provisioner", flag.ContinueOnError)
 	logOpts := logging.AddFlags(fs)
 	p := &c.controller.Provisioner
-	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "Address of the CSI driver's controller socket.")
+	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "The CSI driver's controller socket: an absolute path or unix:///absolute/path. Waited for until it accepts connections.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 20, "QPS of the API client (Events have a budget of their own of the same size).")
 	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 40, "Burst of the API client.")
-	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /metrics, /healthz and /readyz (200 only on the leader); empty disables it.")
+	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /metrics, /livez (the process runs), /healthz (the driver is connected and ready) and /readyz (the driver is connected and this replica leads); empty disables it.")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	fs.DurationVar(&p.Timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
 	fs.DurationVar(&c.probeTimeout, "probe-timeout", time.Second, "Timeout of one driver Probe at start-up.")
