@@ -126,9 +126,25 @@ func main() {
 	stop()
 	if err != nil {
 		logger.Error(err, "csi-provisioner failed")
+		writeTerminationMessage(err)
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	klog.Flush()
+}
+
+// terminationLog is where Kubernetes reads a container's termination
+// message (kubectl describe pod: Last State, Message).
+const terminationLog = "/dev/termination-log"
+
+// writeTerminationMessage writes err to the termination log when the
+// kubelet provides one (the file exists); it never creates the file.
+func writeTerminationMessage(err error) {
+	f, ferr := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0)
+	if ferr != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(err.Error())
 }
 
 // run validates the kubeconfig, waits for the driver and provisions until
