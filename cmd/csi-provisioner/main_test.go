@@ -90,7 +90,9 @@ func TestRunReportsBadKubeconfigFirst(t *testing.T) {
 
 func TestHealthEndpoints(t *testing.T) {
 	up := func() (bool, string) { return true, "" }
-	down := func() (bool, string) { return false, "no connection to CSI driver \"d\" at /csi.sock for 5s; reconnecting" }
+	down := func() (bool, string) {
+		return false, "no connection to CSI driver \"d\" at /csi.sock for 5s; reconnecting"
+	}
 	probeOK := func(context.Context) error { return nil }
 	probeFails := func(context.Context) error { return errors.New("rpc error: code = Unavailable") }
 	yes := func() bool { return true }
