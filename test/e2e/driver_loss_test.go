@@ -101,8 +101,10 @@ func driverKilledMidBurst(t *testing.T, killProvisioner bool) {
 	if err := env.RestartController(); err != nil {
 		t.Fatal(err)
 	}
+	restarted := time.Now()
 
 	checkEveryClaimOnce(t, ctx, ns, claims)
+	t.Logf("every claim Bound %s after the mock controller was restarted", time.Since(restarted).Round(100*time.Millisecond))
 	waitAnswer(t, ctx, readyz, http.StatusOK, "ok")
 	if env.Provisioner().Exited() {
 		t.Fatalf("csi-provisioner exited: %v (log %s)", env.Provisioner().Wait(), env.Provisioner().LogPath())
@@ -116,6 +118,11 @@ func driverKilledMidBurst(t *testing.T, killProvisioner bool) {
 			t.Errorf("driver_connection_losses_total = %v, want 1", got)
 		}
 		waitLogged(t, ctx, env.Provisioner().LogPath(), "Reconnected to the CSI driver")
+		lines := logLines(t, env.Provisioner().LogPath(), "CSI driver", "Retrying pending claims")
+		t.Logf("csi-provisioner's lines about the driver:\n%s", strings.Join(lines, "\n"))
+		if n := countContaining(lines, "Lost connection to the CSI driver"); n != 1 {
+			t.Errorf("csi-provisioner logged the loss %d times, want once", n)
+		}
 	}
 	checkNoOrphanVolumes(t, ctx)
 }
@@ -254,4 +261,35 @@ func waitLogged(t *testing.T, ctx context.Context, path, want string) {
 	}); err != nil {
 		t.Fatalf("%s never logged %q: %v", path, want, err)
 	}
+}
+
+// logLines returns the lines of the log file at path that contain any of
+// subs.
+func logLines(t *testing.T, path string, subs ...string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if countContaining([]string{l}, subs...) > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// countContaining counts the lines that contain any of subs.
+func countContaining(lines []string, subs ...string) int {
+	n := 0
+	for _, l := range lines {
+		for _, s := range subs {
+			if strings.Contains(l, s) {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
