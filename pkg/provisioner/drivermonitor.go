@@ -137,7 +137,7 @@ func (m *DriverMonitor) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("the CSI driver at %s came back unusable; exiting: %w", m.cfg.Address, err)
 		}
 		if change := driverChange(m.cfg.Driver, info, m.cfg.UsesCapacity); change != "" {
 			return fmt.Errorf("%w at %s: %s; exiting so that a restart uses the driver as it is now", ErrDriverChanged, m.cfg.Address, change)
