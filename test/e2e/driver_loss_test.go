@@ -67,6 +67,9 @@ func driverKilledMidBurst(t *testing.T, killProvisioner bool) {
 	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Probability: 0.5, Latency: faults.Duration(3 * time.Second)}}); err != nil {
 		t.Fatal(err)
 	}
+	// Should the test stop before the kill, the next tests get a driver
+	// without the rule.
+	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
 	var claims []string
 	for i := range lossImmediateClaims {
 		name := fmt.Sprintf("imm-%02d", i)
