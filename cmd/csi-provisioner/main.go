@@ -10,15 +10,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
@@ -51,11 +52,11 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("csi-provisioner", flag.ContinueOnError)
 	logOpts := logging.AddFlags(fs)
 	p := &c.controller.Provisioner
-	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "Address of the CSI driver's controller socket.")
+	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "The CSI driver's controller socket: an absolute path or unix:///absolute/path. Waited for until it accepts connections.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 20, "QPS of the API client (Events have a budget of their own of the same size).")
 	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 40, "Burst of the API client.")
-	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /metrics, /healthz and /readyz (200 only on the leader); empty disables it.")
+	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /metrics, /livez (the process runs), /healthz (the driver is connected and ready) and /readyz (the driver is connected and this replica leads); empty disables it.")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	fs.DurationVar(&p.Timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
 	fs.DurationVar(&c.probeTimeout, "probe-timeout", time.Second, "Timeout of one driver Probe at start-up.")
@@ -82,19 +83,27 @@ func parseFlags(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if err := logOpts.Apply(); err != nil {
-		return c, err
-	}
 	if c.capacity.Namespace == "" {
 		c.capacity.Namespace = "default"
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if c.kubeAPIQPS <= 0 || c.kubeAPIBurst <= 0 {
-		return c, errors.New("--kube-api-qps and --kube-api-burst must be positive")
+	if err := c.validate(); err != nil {
+		return c, err
 	}
-	return c, nil
+	return c, logOpts.Apply()
+}
+
+// validate checks what parseFlags can check without I/O.
+func (c config) validate() error {
+	if _, err := provisioner.SocketPath(c.csiAddress); err != nil {
+		return fmt.Errorf("--csi-address: %w", err)
+	}
+	if c.kubeAPIQPS <= 0 || c.kubeAPIBurst <= 0 {
+		return errors.New("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	return nil
 }
 
 func main() {
@@ -117,55 +126,63 @@ func main() {
 	stop()
 	if err != nil {
 		logger.Error(err, "csi-provisioner failed")
+		writeTerminationMessage(err)
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	klog.Flush()
 }
 
+// terminationLog is where Kubernetes reads a container's termination
+// message (kubectl describe pod: Last State, Message).
+const terminationLog = "/dev/termination-log"
+
+// writeTerminationMessage writes err to the termination log when the
+// kubelet provides one (the file exists); it never creates the file.
+func writeTerminationMessage(err error) {
+	f, ferr := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0)
+	if ferr != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(err.Error())
+}
+
+// run validates the kubeconfig, waits for the driver and provisions until
+// ctx is done. It returns an error wrapping provisioner.ErrDriverChanged
+// when the driver comes back from an outage with another name or without a
+// capability this process relies on.
 func run(ctx context.Context, cfg config) error {
+	// The kubeconfig first: a bad one is reported at once, not after the
+	// driver answered.
+	clients, err := newClients(cfg)
+	if err != nil {
+		return err
+	}
 	mm := metrics.NewCSIMetricsManagerForSidecar("")
-	conn, info, err := provisioner.ConnectDriver(ctx, cfg.csiAddress, mm, cfg.probeTimeout,
-		connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
+	// HTTP first: /livez answers while the process waits for its driver.
+	h := &health{address: cfg.csiAddress}
+	if cfg.httpEndpoint != "" {
+		srv := httpServer(ctx, cfg.httpEndpoint, mm, h)
+		defer srv.Close()
+	}
+	// No OnConnectionLoss: csi-lib-utils reconnects by default, and the
+	// DriverMonitor below reports the outage and checks the driver when it
+	// is back.
+	conn, info, err := provisioner.ConnectDriver(ctx, cfg.csiAddress, mm, cfg.probeTimeout)
 	if conn != nil {
 		defer conn.Close()
 	}
 	if err != nil {
-		return err
-	}
-	restCfg, err := kubeclient.RESTConfig(cfg.kubeconfig)
-	if err != nil {
-		return err
-	}
-	client, err := kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner/"+version)
-	if err != nil {
-		return err
-	}
-	events, err := kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner-events/"+version)
-	if err != nil {
-		return err
-	}
-	election, err := kubeclient.New(restCfg, 5, 10, "csi-provisioner-leader-election/"+version)
-	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the driver
+		}
 		return err
 	}
 	cc := cfg.controller
-	clients := provisioner.Clients{Work: client, Events: events, LeaderElection: election}
 	if cfg.enableCapacity {
-		if !info.SupportsCapacity {
-			return fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
-		}
-		if clients.Capacity, err = kubeclient.New(restCfg, cfg.capacityQPS, cfg.capacityBurst, "csi-provisioner-capacity/"+version); err != nil {
+		if cc.Capacity, err = capacityConfig(ctx, cfg, info, clients.Work); err != nil {
 			return err
 		}
-		capCfg := cfg.capacity
-		if cfg.capacityOwner != "" {
-			dep, err := client.AppsV1().Deployments(capCfg.Namespace).Get(ctx, cfg.capacityOwner, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("reading the owner Deployment of capacity objects: %w", err)
-			}
-			capCfg.Owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID}
-		}
-		cc.Capacity = &capCfg
 	}
 	cc.Metrics = mm.GetRegistry()
 	cc.Provisioner.DriverName = info.Name
@@ -175,37 +192,92 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.httpEndpoint != "" {
-		srv := httpServer(ctx, cfg.httpEndpoint, mm, conn, ctrl.Leading)
-		defer srv.Close()
-	}
-	return ctrl.Run(ctx)
+	monitor := provisioner.NewDriverMonitor(conn, provisioner.DriverMonitorConfig{
+		Address: cfg.csiAddress, Driver: info, UsesCapacity: cfg.enableCapacity,
+		CallTimeout: cc.Provisioner.Timeout, OnReconnect: ctrl.RetryNow, Metrics: mm.GetRegistry(),
+	})
+	h.connected(healthSources{driver: monitor.Status, probe: probeFunc(conn), leading: ctrl.Leading})
+	return runUntilFirstError(ctx, ctrl.Run, monitor.Run)
 }
 
-// httpServer serves /metrics (CSI calls, operations, reschedules, capacity),
-// /healthz (the driver answers Probe) and /readyz (200 only while this
-// replica provisions, i.e. leads) until ctx is done.
-func httpServer(ctx context.Context, addr string, mm metrics.CSIMetricsManager, conn *grpc.ClientConn, leading func() bool) *http.Server {
+// newClients loads the kubeconfig (or the in-cluster configuration) and
+// builds the API clients, each with its own rate limit.
+func newClients(cfg config) (provisioner.Clients, error) {
+	restCfg, err := kubeclient.RESTConfig(cfg.kubeconfig)
+	if err != nil {
+		return provisioner.Clients{}, err
+	}
+	var c provisioner.Clients
+	if c.Work, err = kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner/"+version); err != nil {
+		return c, err
+	}
+	if c.Events, err = kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner-events/"+version); err != nil {
+		return c, err
+	}
+	if c.LeaderElection, err = kubeclient.New(restCfg, 5, 10, "csi-provisioner-leader-election/"+version); err != nil {
+		return c, err
+	}
+	if cfg.enableCapacity {
+		c.Capacity, err = kubeclient.New(restCfg, cfg.capacityQPS, cfg.capacityBurst, "csi-provisioner-capacity/"+version)
+	}
+	return c, err
+}
+
+// capacityConfig checks that the driver can report capacity and reads the
+// owner Deployment of the capacity objects.
+func capacityConfig(ctx context.Context, cfg config, info provisioner.DriverInfo, client kubernetes.Interface) (*provisioner.CapacityConfig, error) {
+	if !info.SupportsCapacity {
+		return nil, fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
+	}
+	capCfg := cfg.capacity
+	if cfg.capacityOwner != "" {
+		dep, err := client.AppsV1().Deployments(capCfg.Namespace).Get(ctx, cfg.capacityOwner, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading the owner Deployment of capacity objects: %w", err)
+		}
+		capCfg.Owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID}
+	}
+	return &capCfg, nil
+}
+
+// runUntilFirstError runs every function until ctx is done or one of them
+// returns, which ends the others (their context is cancelled); the first
+// one's error is returned once they all have returned.
+func runUntilFirstError(ctx context.Context, fns ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for _, fn := range fns {
+		wg.Go(func() {
+			cancel(fn(ctx)) // nil: context.Canceled
+
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// probeFunc probes the driver on conn once.
+func probeFunc(conn *grpc.ClientConn) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ready, err := rpc.Probe(ctx, conn)
+		if err == nil && !ready {
+			err = errors.New("the driver answers Probe but is not ready")
+		}
+		return err
+	}
+}
+
+// httpServer serves /metrics (CSI calls, operations, reschedules, capacity,
+// driver connection) and the health endpoints of h until ctx is done.
+func httpServer(ctx context.Context, addr string, mm metrics.CSIMetricsManager, h *health) *http.Server {
 	logger := klog.FromContext(ctx)
 	mux := http.NewServeMux()
 	mm.RegisterToServer(mux, "/metrics")
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		pctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		ready, err := rpc.Probe(pctx, conn)
-		if err != nil || !ready {
-			http.Error(w, fmt.Sprintf("CSI driver not ready: %v", err), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !leading() {
-			http.Error(w, "not leading: a standby replica does not provision", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	h.register(mux)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		logger.Info("Serving metrics and health", "address", addr)

@@ -97,6 +97,8 @@ type Controller struct {
 
 	capacity        *CapacityPublisher
 	capacityFactory informers.SharedInformerFactory
+	// libClaims and libVolumes are the informers the library watches.
+	libClaims, libVolumes *replayInformer
 	// leading is true while this replica provisions (always, once running,
 	// without leader election).
 	leading atomic.Bool
@@ -169,9 +171,10 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if err != nil {
 		return nil, err
 	}
+	libClaims, libVolumes := newReplayInformer(claims, pendingClaim), newReplayInformer(volumes, volumeToDelete)
 	opts := []func(*controller.ProvisionController) error{
-		controller.ClaimsInformer(claims),
-		controller.VolumesInformer(volumes),
+		controller.ClaimsInformer(libClaims),
+		controller.VolumesInformer(libVolumes),
 		controller.ClassesInformer(classes),
 		controller.NodesLister(nodes.Lister()),
 		controller.Threadiness(cfg.WorkerThreads),
@@ -188,7 +191,19 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(clients.Work, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
 	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
-		capacity: capacity, capacityFactory: capacityFactory}, nil
+		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes}, nil
+}
+
+// RetryNow queues every claim without a volume and every PV that may need
+// deleting for an attempt now, rather than when their backoff ends, and
+// refreshes every capacity object: call it when the driver is back after
+// an outage (DriverMonitorConfig.OnReconnect). Safe to call at any time.
+func (c *Controller) RetryNow(ctx context.Context) {
+	claims, volumes := c.libClaims.replay(), c.libVolumes.replay()
+	if c.capacity != nil {
+		c.capacity.TouchAll()
+	}
+	klog.FromContext(ctx).V(2).Info("Retrying pending claims and volumes now", "claims", claims, "volumes", volumes)
 }
 
 // Provisioner returns the Provisioner the controller runs.

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,20 +26,35 @@ type DriverInfo struct {
 	SupportsCapacity bool
 }
 
-// ConnectDriver connects to the driver's controller socket, waits until its
-// Probe reports ready, and reads its name and capabilities. It fails when the
-// driver has no controller service or lacks CREATE_DELETE_VOLUME, because the
-// provisioner could not do anything with it. The connection is returned even
-// when reading the driver fails after connecting, so the caller can close it.
-// opts are passed to connection.Connect (main exits on connection loss, as
-// the driver's capabilities may have changed).
+// ErrDriverUnusable marks a driver the provisioner cannot work with: no
+// controller service, or no CREATE_DELETE_VOLUME capability.
+var ErrDriverUnusable = errors.New("CSI driver cannot provision volumes")
+
+// ConnectDriver waits until the driver's socket accepts connections (see
+// WaitForSocket; address is checked with SocketPath), connects, waits until
+// its Probe reports ready, and reads its name and capabilities. It fails
+// with ErrDriverUnusable when the driver has no controller service or lacks
+// CREATE_DELETE_VOLUME, because the provisioner could not do anything with
+// it. The connection is returned even when reading the driver fails after
+// connecting, so the caller can close it. opts are passed to
+// connection.Connect.
 func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration, opts ...connection.Option) (*grpc.ClientConn, DriverInfo, error) {
 	logger := klog.FromContext(ctx)
-	conn, err := connection.Connect(ctx, address, mm, opts...)
+	path, err := SocketPath(address)
+	if err != nil {
+		return nil, DriverInfo{}, err
+	}
+	if err := WaitForSocket(ctx, path, SocketWait{}); err != nil {
+		return nil, DriverInfo{}, fmt.Errorf("waiting for the CSI driver socket %s: %w", path, err)
+	}
+	conn, err := connection.Connect(ctx, unixScheme+path, mm, opts...)
 	if err != nil {
 		return nil, DriverInfo{}, fmt.Errorf("connecting to CSI driver at %q: %w", address, err)
 	}
-	info, err := readDriver(ctx, conn, probeTimeout)
+	if err := rpc.ProbeForever(ctx, conn, probeTimeout); err != nil {
+		return conn, DriverInfo{}, fmt.Errorf("waiting for the CSI driver to become ready: %w", err)
+	}
+	info, err := queryDriver(ctx, conn)
 	if err != nil {
 		return conn, DriverInfo{}, err
 	}
@@ -50,10 +66,9 @@ func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsMan
 	return conn, info, nil
 }
 
-func readDriver(ctx context.Context, conn *grpc.ClientConn, probeTimeout time.Duration) (DriverInfo, error) {
-	if err := rpc.ProbeForever(ctx, conn, probeTimeout); err != nil {
-		return DriverInfo{}, fmt.Errorf("waiting for the CSI driver to become ready: %w", err)
-	}
+// queryDriver reads the driver's name and capabilities. Errors wrap
+// ErrDriverUnusable when the driver answered but cannot provision.
+func queryDriver(ctx context.Context, conn *grpc.ClientConn) (DriverInfo, error) {
 	name, err := rpc.GetDriverName(ctx, conn)
 	if err != nil {
 		return DriverInfo{}, fmt.Errorf("reading the CSI driver name: %w", err)
@@ -63,14 +78,14 @@ func readDriver(ctx context.Context, conn *grpc.ClientConn, probeTimeout time.Du
 		return DriverInfo{}, fmt.Errorf("reading plugin capabilities of %q: %w", name, err)
 	}
 	if !pluginCaps[csi.PluginCapability_Service_CONTROLLER_SERVICE] {
-		return DriverInfo{}, fmt.Errorf("CSI driver %q has no controller service; it cannot provision volumes", name)
+		return DriverInfo{}, fmt.Errorf("%w: CSI driver %q has no controller service", ErrDriverUnusable, name)
 	}
 	ctrlCaps, err := rpc.GetControllerCapabilities(ctx, conn)
 	if err != nil {
 		return DriverInfo{}, fmt.Errorf("reading controller capabilities of %q: %w", name, err)
 	}
 	if !ctrlCaps[csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
-		return DriverInfo{}, fmt.Errorf("CSI driver %q lacks the CREATE_DELETE_VOLUME capability; it cannot provision volumes", name)
+		return DriverInfo{}, fmt.Errorf("%w: CSI driver %q lacks the CREATE_DELETE_VOLUME capability", ErrDriverUnusable, name)
 	}
 	return DriverInfo{
 		Name:                          name,

@@ -69,6 +69,7 @@ type Lab struct {
 	pubKubeconfig  string
 	provisioner    *controlplane.Process
 	controller     *controlplane.Process
+	controllerArgs []string
 	provCount      int
 	publishers     map[string]*controlplane.Process
 	pubCount       int
@@ -163,15 +164,22 @@ func (l *Lab) startController() error {
 	l.controllerSock = filepath.Join(l.socketDir, "controller.sock")
 	// -v=5: every CSI request is logged (sanitized), which the log-secrecy
 	// test relies on.
-	ctrl, err := l.Cluster.StartProcess("mock-driver-controller", filepath.Join(l.BinDir, "mock-driver"), []string{
+	l.controllerArgs = []string{
 		"--mode=controller", "--endpoint=unix://" + l.controllerSock, "--segments-file=" + segFile,
 		"--state-file=" + filepath.Join(l.Cluster.Dir, "mock-state.json"), "--admin-address=" + addr, "-v=5",
-	}, nil)
+	}
+	l.AdminURL = "http://" + addr
+	return l.launchController()
+}
+
+// launchController starts the mock controller with l.controllerArgs and
+// waits for its admin endpoint.
+func (l *Lab) launchController() error {
+	ctrl, err := l.Cluster.StartProcess("mock-driver-controller", filepath.Join(l.BinDir, "mock-driver"), l.controllerArgs, nil)
 	if err != nil {
 		return err
 	}
 	l.controller = ctrl
-	l.AdminURL = "http://" + addr
 	return waitHTTP(l.AdminURL+"/healthz", 30*time.Second)
 }
 

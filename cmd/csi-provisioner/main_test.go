@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+)
+
+// --csi-address accepts a socket path or a unix URL; anything else is one
+// line saying which form to use.
+func TestValidateCSIAddress(t *testing.T) {
+	tests := []struct {
+		name    string
+		address string
+		wantErr string
+	}{
+		{name: "path", address: "/run/csi/socket"},
+		{name: "unix URL", address: "unix:///csi/csi.sock"},
+		{name: "tcp", address: "tcp://127.0.0.1:10000", wantErr: `--csi-address: unsupported CSI address: "tcp://127.0.0.1:10000": scheme "tcp://" is not supported`},
+		{name: "host and port", address: "127.0.0.1:10000", wantErr: "looks like a TCP host:port"},
+		{name: "relative path", address: "csi.sock", wantErr: "is a relative path"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := config{csiAddress: tc.address, kubeAPIQPS: 1, kubeAPIBurst: 1}.validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("validate error = %v, want %q", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error has more than one line: %q", err)
+			}
+		})
+	}
+}
+
+// parseFlags refuses a bad address before it configures logging (which
+// can be done once per process).
+func TestParseFlagsRefusesTCP(t *testing.T) {
+	_, err := parseFlags([]string{"--csi-address=tcp://127.0.0.1:10000"})
+	if err == nil || !strings.HasPrefix(err.Error(), "--csi-address: unsupported CSI address") {
+		t.Fatalf("parseFlags error = %v, want an unsupported --csi-address", err)
+	}
+}
+
+// A kubeconfig that cannot be loaded is reported at once, before
+// csi-provisioner waits for a driver (whose socket does not exist here).
+func TestRunReportsBadKubeconfigFirst(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.yaml")
+	if err := os.WriteFile(garbage, []byte("clusters: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		kubeconfig string
+		wantErr    string
+	}{
+		{name: "missing file", kubeconfig: filepath.Join(dir, "missing.yaml"), wantErr: "no such file or directory"},
+		{name: "not YAML", kubeconfig: garbage, wantErr: "error loading config file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			// Waiting for the driver would end with the context, and run
+			// returns nil then.
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			cfg := config{csiAddress: filepath.Join(dir, "csi.sock"), kubeconfig: tc.kubeconfig, kubeAPIQPS: 1, kubeAPIBurst: 1}
+			err := run(ctx, cfg)
+			if err == nil || !strings.Contains(err.Error(), "loading kubeconfig") || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("run = %v, want a kubeconfig error with %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestHealthEndpoints(t *testing.T) {
+	up := func() (bool, string) { return true, "" }
+	down := func() (bool, string) {
+		return false, "no connection to CSI driver \"d\" at /csi.sock for 5s; reconnecting"
+	}
+	probeOK := func(context.Context) error { return nil }
+	probeFails := func(context.Context) error { return errors.New("rpc error: code = Unavailable") }
+	yes := func() bool { return true }
+	no := func() bool { return false }
+	type answer struct {
+		code int
+		body string
+	}
+	tests := []struct {
+		name    string
+		sources *healthSources
+		healthz answer
+		readyz  answer
+	}{
+		{name: "waiting for the driver at start-up",
+			healthz: answer{503, "waiting for the CSI driver at /csi.sock"}, readyz: answer{503, "waiting for the CSI driver at /csi.sock"}},
+		{name: "connected leader", sources: &healthSources{driver: up, probe: probeOK, leading: yes},
+			healthz: answer{200, "ok"}, readyz: answer{200, "ok"}},
+		{name: "connected standby", sources: &healthSources{driver: up, probe: probeOK, leading: no},
+			healthz: answer{200, "ok"}, readyz: answer{503, "not leading"}},
+		{name: "driver gone", sources: &healthSources{driver: down, probe: probeFails, leading: yes},
+			healthz: answer{503, "no connection to CSI driver"}, readyz: answer{503, "no connection to CSI driver"}},
+		{name: "driver not ready", sources: &healthSources{driver: up, probe: probeFails, leading: yes},
+			healthz: answer{503, "CSI driver not ready"}, readyz: answer{200, "ok"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &health{address: "/csi.sock"}
+			if tc.sources != nil {
+				h.connected(*tc.sources)
+			}
+			mux := http.NewServeMux()
+			h.register(mux)
+			for path, want := range map[string]answer{"/livez": {200, "ok"}, "/healthz": tc.healthz, "/readyz": tc.readyz} {
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != want.code || !strings.Contains(rec.Body.String(), want.body) {
+					t.Errorf("%s = %d %q, want %d with %q", path, rec.Code, rec.Body.String(), want.code, want.body)
+				}
+			}
+		})
+	}
+}

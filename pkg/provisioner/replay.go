@@ -1,0 +1,88 @@
+package provisioner
+
+import (
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// replayInformer is the informer the library's controller is given: it
+// remembers the handlers added through it, so that replay can hand them
+// the cached objects again at once, like a resync of those objects alone.
+// Handlers added to the wrapped informer directly are not replayed to.
+// Safe for concurrent use.
+//
+// Why: a claim whose CreateVolume failed while the driver was away waits in
+// the library's queue for its exponential backoff (up to
+// --retry-interval-max); replaying it when the driver is back retries it
+// now. The library's handlers only enqueue, so an extra update is harmless.
+type replayInformer struct {
+	cache.SharedIndexInformer
+	// wanted selects the objects worth replaying.
+	wanted func(obj any) bool
+
+	mu       sync.Mutex
+	handlers []cache.ResourceEventHandler
+}
+
+func newReplayInformer(inf cache.SharedIndexInformer, wanted func(obj any) bool) *replayInformer {
+	return &replayInformer{SharedIndexInformer: inf, wanted: wanted}
+}
+
+func (i *replayInformer) remember(h cache.ResourceEventHandler) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.handlers = append(i.handlers, h)
+}
+
+// AddEventHandler adds h to the informer and remembers it.
+func (i *replayInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	i.remember(h)
+	return i.SharedIndexInformer.AddEventHandler(h)
+}
+
+// AddEventHandlerWithResyncPeriod adds h to the informer and remembers it.
+func (i *replayInformer) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, period time.Duration) (cache.ResourceEventHandlerRegistration, error) {
+	i.remember(h)
+	return i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(h, period)
+}
+
+// AddEventHandlerWithOptions adds h to the informer and remembers it.
+func (i *replayInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, o cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
+	i.remember(h)
+	return i.SharedIndexInformer.AddEventHandlerWithOptions(h, o)
+}
+
+// replay hands every wanted cached object to the remembered handlers as an
+// update without change, and returns how many objects it replayed.
+func (i *replayInformer) replay() int {
+	i.mu.Lock()
+	handlers := append([]cache.ResourceEventHandler(nil), i.handlers...)
+	i.mu.Unlock()
+	n := 0
+	for _, obj := range i.GetStore().List() {
+		if !i.wanted(obj) {
+			continue
+		}
+		n++
+		for _, h := range handlers {
+			h.OnUpdate(obj, obj)
+		}
+	}
+	return n
+}
+
+// pendingClaim: a claim without a volume yet, not being deleted.
+func pendingClaim(obj any) bool {
+	c, ok := obj.(*v1.PersistentVolumeClaim)
+	return ok && c.Spec.VolumeName == "" && c.DeletionTimestamp == nil
+}
+
+// volumeToDelete: a PV the library may have to delete (released, failed,
+// or being deleted).
+func volumeToDelete(obj any) bool {
+	pv, ok := obj.(*v1.PersistentVolume)
+	return ok && (pv.Status.Phase == v1.VolumeReleased || pv.Status.Phase == v1.VolumeFailed || pv.DeletionTimestamp != nil)
+}

@@ -1,0 +1,147 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// ErrBadAddress is returned by SocketPath for an address csi-provisioner
+// does not dial.
+var ErrBadAddress = errors.New("unsupported CSI address")
+
+const unixScheme = "unix://"
+
+// SocketPath returns the path of the unix socket a CSI address names. Two
+// forms are accepted: an absolute path (/run/csi/socket) and a unix URL with
+// an absolute path (unix:///run/csi/socket). The CSI specification allows only
+// unix domain sockets as plugin endpoints, and the provisioner notices a lost
+// driver only on a unix socket (as csi-lib-utils does), so TCP (tcp://,
+// host:port), other gRPC schemes and relative paths (relative to whatever
+// directory the container starts in) are refused with an error that says
+// which form to use.
+func SocketPath(address string) (string, error) {
+	const want = "give the driver's unix socket as an absolute path (/run/csi/socket) or a unix URL (unix:///run/csi/socket)"
+	switch {
+	case address == "":
+		return "", fmt.Errorf("%w: the address is empty; %s", ErrBadAddress, want)
+	case strings.HasPrefix(address, "/"):
+		return filepath.Clean(address), nil
+	case strings.HasPrefix(address, unixScheme):
+		path := strings.TrimPrefix(address, unixScheme)
+		if !strings.HasPrefix(path, "/") {
+			return "", fmt.Errorf("%w: %q has a relative path (a unix URL has three slashes before an absolute path); %s",
+				ErrBadAddress, address, want)
+		}
+		return filepath.Clean(path), nil
+	case strings.HasPrefix(address, "unix:"):
+		return "", fmt.Errorf("%w: %q is not a unix URL with an absolute path; %s", ErrBadAddress, address, want)
+	}
+	if scheme, _, ok := strings.Cut(address, "://"); ok {
+		return "", fmt.Errorf("%w: %q: scheme %q is not supported, CSI drivers serve a local unix socket only; %s",
+			ErrBadAddress, address, scheme+"://", want)
+	}
+	if _, _, err := net.SplitHostPort(address); err == nil {
+		return "", fmt.Errorf("%w: %q looks like a TCP host:port, CSI drivers serve a local unix socket only; %s",
+			ErrBadAddress, address, want)
+	}
+	return "", fmt.Errorf("%w: %q is a relative path; %s", ErrBadAddress, address, want)
+}
+
+// SocketWait configures WaitForSocket.
+type SocketWait struct {
+	// Interval between two attempts to dial the socket. Default 1s.
+	Interval time.Duration
+	// LogInterval: while the socket keeps failing for the same reason, that
+	// is logged again this often, with how long the wait has lasted.
+	// Default 30s.
+	LogInterval time.Duration
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+}
+
+func (w SocketWait) withDefaults() SocketWait {
+	if w.Interval <= 0 {
+		w.Interval = time.Second
+	}
+	if w.LogInterval <= 0 {
+		w.LogInterval = 30 * time.Second
+	}
+	if w.Clock == nil {
+		w.Clock = clock.RealClock{}
+	}
+	return w
+}
+
+// WaitForSocket returns once something accepts connections on the unix
+// socket at path, or with ctx's error. While it waits it says why, once per
+// reason (the socket file does not exist yet, nothing listens on it, ...),
+// and again every LogInterval with how long it has waited: a sidecar
+// usually starts before its driver has created the socket.
+func WaitForSocket(ctx context.Context, path string, w SocketWait) error {
+	logger := klog.FromContext(ctx)
+	w = w.withDefaults()
+	start := w.Clock.Now()
+	var last string
+	var lastLog time.Time
+	ticker := w.Clock.NewTicker(w.Interval)
+	defer ticker.Stop()
+	for {
+		conn, err := (&net.Dialer{Timeout: w.Interval}).DialContext(ctx, "unix", path)
+		if err == nil {
+			conn.Close()
+			if last != "" {
+				logger.Info("CSI driver socket is up", "path", path, "waited", w.Clock.Since(start).Round(time.Second))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		reason := socketProblem(path, err)
+		now := w.Clock.Now()
+		switch {
+		case reason != last:
+			logger.Info(reason, "path", path)
+			last, lastLog = reason, now
+		case now.Sub(lastLog) >= w.LogInterval:
+			logger.Info("Still waiting for the CSI driver", "path", path, "reason", reason, "waited", now.Sub(start).Round(time.Second))
+			lastLog = now
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C():
+		}
+	}
+}
+
+// socketProblem says in one sentence why dialling the socket at path failed,
+// and that the caller waits.
+func socketProblem(path string, err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		if _, derr := os.Stat(filepath.Dir(path)); derr != nil {
+			return fmt.Sprintf("Neither the CSI driver socket nor its directory %s exist yet (is the socket volume mounted?); waiting for the driver to create the socket", filepath.Dir(path))
+		}
+		return "CSI driver socket does not exist yet; waiting for the driver to create it"
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOTSOCK):
+		if fi, serr := os.Stat(path); serr == nil && fi.Mode()&os.ModeSocket == 0 {
+			return "CSI driver address is a file that is not a socket; waiting for the driver to replace it"
+		}
+		return "CSI driver socket exists but nothing listens on it (driver not started yet, or gone); waiting for the driver"
+	case errors.Is(err, syscall.EACCES):
+		return "CSI driver socket is not accessible to this process (permission denied); waiting, check the socket's owner and mode"
+	default:
+		return fmt.Sprintf("CSI driver socket cannot be dialled (%v); waiting for the driver", err)
+	}
+}
