@@ -51,6 +51,10 @@ type fullKey struct{ class, segment string }
 type fullMark struct {
 	seg     topology.Segment
 	learned time.Time
+	// wide: the driver placed one volume in several segments, so a
+	// request of the node's segment alone could never be met; after the
+	// hold it gets the usual requirements.
+	wide bool
 }
 
 func newFullSegments(c clock.PassiveClock, hold time.Duration, m *Metrics) *fullSegments {
@@ -63,8 +67,10 @@ func newFullSegments(c clock.PassiveClock, hold time.Duration, m *Metrics) *full
 // fullStatus is what fullSegments knows of a (class, segment).
 type fullStatus struct {
 	// known: the segment is known to have had no room for the class;
-	// requirements for it are strict.
+	// requirements for it are strict unless wide.
 	known bool
+	// wide: learned from a volume placed in several segments.
+	wide bool
 	// held: within the hold after learned; the driver is not asked.
 	held bool
 	// learned is when the segment was last found full; retry is when the
@@ -81,12 +87,13 @@ func (f *fullSegments) status(class string, seg topology.Segment) fullStatus {
 		return fullStatus{}
 	}
 	retry := m.learned.Add(f.hold)
-	return fullStatus{known: true, held: f.clock.Now().Before(retry), learned: m.learned, retry: retry}
+	return fullStatus{known: true, held: f.clock.Now().Before(retry), wide: m.wide, learned: m.learned, retry: retry}
 }
 
 // learn marks seg full for class from now on (renewing an earlier mark) and
-// drops marks not renewed for fullForgetHolds hold times.
-func (f *fullSegments) learn(ctx context.Context, class string, seg topology.Segment, why string) {
+// drops marks not renewed for fullForgetHolds hold times. wide: see
+// fullMark.
+func (f *fullSegments) learn(ctx context.Context, class string, seg topology.Segment, wide bool, why string) {
 	f.mu.Lock()
 	now := f.clock.Now()
 	for k, m := range f.marks {
@@ -94,7 +101,7 @@ func (f *fullSegments) learn(ctx context.Context, class string, seg topology.Seg
 			delete(f.marks, k)
 		}
 	}
-	f.marks[fullKey{class, seg.String()}] = fullMark{seg: seg, learned: now}
+	f.marks[fullKey{class, seg.String()}] = fullMark{seg: seg, learned: now, wide: wide}
 	n := len(f.marks)
 	f.mu.Unlock()
 	f.metrics.setFullSegments(n)

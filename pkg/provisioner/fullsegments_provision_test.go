@@ -1,6 +1,7 @@
 package provisioner
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/testing/protocmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,6 +158,53 @@ func (e *env) churnStep(t *testing.T, s churnStep, class string) {
 	if s.wantReqs != nil {
 		if diff := cmp.Diff(s.wantReqs, creates[len(creates)-1].GetAccessibilityRequirements(), protocmp.Transform()); diff != "" {
 			t.Errorf("%s: requirements (-want +got):\n%s", s.name, diff)
+		}
+	}
+}
+
+// wideCSI places every volume in zones z2 and z3, as a driver of
+// replicated volumes whose node's zone is full.
+type wideCSI struct{ ControllerClient }
+
+func (wideCSI) CreateVolume(_ context.Context, in *csi.CreateVolumeRequest, _ ...grpc.CallOption) (*csi.CreateVolumeResponse, error) {
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: in.GetName(), CapacityBytes: gi, AccessibleTopology: zoneTopo("z2", "z3")}}, nil
+}
+
+func (wideCSI) DeleteVolume(context.Context, *csi.DeleteVolumeRequest, ...grpc.CallOption) (*csi.DeleteVolumeResponse, error) {
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// TestProvisionFullSegmentWideVolume: a driver that placed one volume in
+// several segments is held like any other, but then asked with the usual
+// requirements: the node's segment alone could never hold its volume.
+func TestProvisionFullSegmentWideVolume(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, clock: clk, direct: wideCSI{}})
+	claim := makePVC("data", "c").withSelectedNode("n1").PersistentVolumeClaim
+	nonStrict := &csi.TopologyRequirement{Requisite: zoneTopo("z1", "z2", "z3"), Preferred: zoneTopo("z1", "z2", "z3")}
+	for _, s := range []churnStep{
+		{name: "placed in z2 and z3", wantState: controller.ProvisioningReschedule, wantErr: string(RescheduleVolumeNotAccessible),
+			wantCreates: 1, wantReqs: nonStrict},
+		{name: "within the hold", advance: time.Second, wantState: controller.ProvisioningReschedule, wantErr: "had no room for StorageClass",
+			wantCreates: 1},
+		{name: "after the hold: not strict", advance: time.Minute, wantState: controller.ProvisioningReschedule,
+			wantErr: string(RescheduleVolumeNotAccessible), wantCreates: 2, wantReqs: nonStrict},
+	} {
+		clk.SetTime(clk.Now().Add(s.advance))
+		_, state, err := e.provision(t, claim, makeClass("c").StorageClass, makeNode("n1", "z1"))
+		if state != s.wantState || err == nil || !strings.Contains(err.Error(), s.wantErr) {
+			t.Fatalf("%s: Provision = %v, %v; want %v with error containing %q", s.name, state, err, s.wantState, s.wantErr)
+		}
+		e.csi.mu.Lock()
+		creates := append([]*csi.CreateVolumeRequest(nil), e.csi.creates...)
+		e.csi.mu.Unlock()
+		if len(creates) != s.wantCreates {
+			t.Fatalf("%s: %d CreateVolume calls, want %d", s.name, len(creates), s.wantCreates)
+		}
+		if s.wantReqs != nil {
+			if diff := cmp.Diff(s.wantReqs, creates[len(creates)-1].GetAccessibilityRequirements(), protocmp.Transform()); diff != "" {
+				t.Errorf("%s: requirements (-want +got):\n%s", s.name, diff)
+			}
 		}
 	}
 }

@@ -31,6 +31,7 @@ func TestFullSegments(t *testing.T) {
 		seen    string // class whose mark of seg is cleared by a success
 		freed   []*csi.Topology
 		seg     topology.Segment // of learn and seen; default z1r1
+		wide    bool
 	}
 	tests := []struct {
 		name      string
@@ -39,6 +40,7 @@ func TestFullSegments(t *testing.T) {
 		seg       topology.Segment
 		wantKnown bool
 		wantHeld  bool
+		wantWide  bool
 		wantCount int // marks kept
 	}{
 		{name: "nothing learned", seg: z1r1},
@@ -48,6 +50,10 @@ func TestFullSegments(t *testing.T) {
 		{name: "hold passed: known, strict, not held", steps: []step{{learn: "fast"}, {advance: hold}},
 			seg: z1r1, wantKnown: true, wantCount: 1},
 		{name: "renewed after the hold: held again", steps: []step{{learn: "fast"}, {advance: 2 * hold}, {learn: "fast"}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "learned from a volume in several segments: wide", steps: []step{{learn: "fast", wide: true}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantWide: true, wantCount: 1},
+		{name: "renewed by RESOURCE_EXHAUSTED: no longer wide", steps: []step{{learn: "fast", wide: true}, {learn: "fast"}},
 			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
 		{name: "another class is not affected", steps: []step{{learn: "fast"}}, class: "slow", seg: z1r1, wantCount: 1},
 		{name: "another segment is not affected", steps: []step{{learn: "fast"}}, seg: z1r2, wantCount: 1},
@@ -78,7 +84,7 @@ func TestFullSegments(t *testing.T) {
 					seg = z1r1
 				}
 				if s.learn != "" {
-					f.learn(ctx, s.learn, seg, "test")
+					f.learn(ctx, s.learn, seg, s.wide, "test")
 				}
 				if s.seen != "" {
 					f.seen(ctx, s.seen, seg)
@@ -90,8 +96,9 @@ func TestFullSegments(t *testing.T) {
 				class = "fast"
 			}
 			st := f.status(class, tc.seg)
-			if st.known != tc.wantKnown || st.held != tc.wantHeld {
-				t.Errorf("status = known %v held %v, want known %v held %v", st.known, st.held, tc.wantKnown, tc.wantHeld)
+			if st.known != tc.wantKnown || st.held != tc.wantHeld || st.wide != tc.wantWide {
+				t.Errorf("status = known %v held %v wide %v, want known %v held %v wide %v",
+					st.known, st.held, st.wide, tc.wantKnown, tc.wantHeld, tc.wantWide)
 			}
 			if st.known && st.retry != st.learned.Add(hold) {
 				t.Errorf("retry %s, want learned %s + %s", st.retry, st.learned, hold)

@@ -155,7 +155,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 			if st := p.full.status(class.Name, seg); st.held {
 				return p.fail(ctx, claim, req.csi.Name, controller.ProvisioningReschedule, RescheduleNoCapacity,
 					&segmentFullError{class: class.Name, segment: seg.String(), status: st})
-			} else if st.known {
+			} else if st.known && !st.wide {
 				// Only the node's segment: the driver must not fall back
 				// to a segment the node cannot reach.
 				reqs, strict = onlySegment(seg), true
@@ -177,7 +177,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	if err != nil {
 		state, reason := createVolumeState(err, delayed)
 		if reason == RescheduleNoCapacity && seg != nil {
-			p.full.learn(ctx, class.Name, seg, "RESOURCE_EXHAUSTED")
+			p.full.learn(ctx, class.Name, seg, false, "RESOURCE_EXHAUSTED")
 		}
 		return p.fail(ctx, claim, req.csi.Name, state, reason, fmt.Errorf("CreateVolume %q: %w", req.csi.Name, err))
 	}
@@ -218,7 +218,7 @@ func (p *Provisioner) dropInaccessible(ctx context.Context, opts controller.Prov
 	err := fmt.Errorf("driver placed volume %q in %s, which node %q cannot reach (its segment has no room)",
 		vol.GetVolumeId(), segmentsString(vol.GetAccessibleTopology()), selectedNode)
 	if seg != nil {
-		p.full.learn(ctx, opts.StorageClass.Name, seg, "volume placed out of the node's reach")
+		p.full.learn(ctx, opts.StorageClass.Name, seg, len(vol.GetAccessibleTopology()) > 1, "volume placed out of the node's reach")
 	}
 	if derr := p.deleteVolume(ctx, vol.GetVolumeId(), req.csi.Secrets); derr != nil {
 		p.rememberBackground(claim.UID, req.csi.Name)
