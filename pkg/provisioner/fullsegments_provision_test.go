@@ -16,6 +16,8 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -206,5 +208,41 @@ func TestProvisionFullSegmentWideVolume(t *testing.T) {
 				t.Errorf("%s: requirements (-want +got):\n%s", s.name, diff)
 			}
 		}
+	}
+}
+
+// TestProvisionFullSegmentPendingClaim: a claim whose earlier CreateVolume
+// timed out is not held when its segment becomes known full meanwhile: the
+// driver is asked again as before, so that a volume the earlier call made
+// is found, not deleted by the reschedule.
+func TestProvisionFullSegmentPendingClaim(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, clock: clk, mock: func(c *driver.Config) {
+		c.Faults = []faults.Rule{{Method: "CreateVolume", Code: "DeadlineExceeded", Count: 1}}
+	}})
+	class, n1 := makeClass("c").StorageClass, makeNode("n1", "z1")
+	pending := makePVC("pending", "c").withSelectedNode("n1").PersistentVolumeClaim
+	if _, state, _ := e.provision(t, pending, class, n1); state != controller.ProvisioningInBackground {
+		t.Fatalf("first attempt state = %v, want InBackground", state)
+	}
+	if err := e.mock.SetCapacity(map[string]string{"zone": "z1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	other := makePVC("other", "c").withSelectedNode("n1").PersistentVolumeClaim
+	if _, _, err := e.provision(t, other, class, n1); err == nil || !strings.Contains(err.Error(), string(RescheduleVolumeNotAccessible)) {
+		t.Fatalf("other claim: %v, want %s", err, RescheduleVolumeNotAccessible)
+	}
+	if st := e.p.full.status("c", topology.Segment{zoneKey: "z1"}); !st.held {
+		t.Fatal("z1 not held after a volume was placed out of reach")
+	}
+	_, _, err := e.provision(t, pending, class, n1)
+	var full *segmentFullError
+	if errors.As(err, &full) {
+		t.Fatalf("pending claim held: %v", err)
+	}
+	req := e.csi.lastCreate(t)
+	if req.GetName() != "pvc-uid-pending" || len(req.GetAccessibilityRequirements().GetRequisite()) != 3 {
+		t.Errorf("last CreateVolume %s with requisite %v, want pvc-uid-pending with the usual requirements",
+			req.GetName(), req.GetAccessibilityRequirements().GetRequisite())
 	}
 }

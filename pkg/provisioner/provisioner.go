@@ -151,7 +151,11 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		if delayed {
 			seg = nodeSegment(reqs)
 		}
-		if seg != nil {
+		// A claim whose earlier CreateVolume may still be running in the
+		// driver is asked again as before: the idempotent call returns
+		// that volume (holding it would delete a volume perhaps made in
+		// the node's segment; other requirements could be refused).
+		if _, pending := p.backgroundName(claim.UID); seg != nil && !pending {
 			if st := p.full.status(class.Name, seg); st.held {
 				return p.fail(ctx, claim, req.csi.Name, controller.ProvisioningReschedule, RescheduleNoCapacity,
 					&segmentFullError{class: class.Name, segment: seg.String(), status: st})
