@@ -38,11 +38,18 @@ type Config struct {
 	VolumeNameUUIDLength int
 	// Timeout bounds every CSI call. Default 10s.
 	Timeout time.Duration
+	// FullSegmentHold is how long after the driver found no room in a
+	// selected node's segment for a class (RESOURCE_EXHAUSTED, or a volume
+	// placed out of the node's reach) delayed claims on nodes of that
+	// segment go back to the scheduler without a CreateVolume. Default 1m.
+	// See fullSegments.
+	FullSegmentHold time.Duration
 }
 
 const (
 	defaultVolumeNamePrefix = "pvc"
 	defaultTimeout          = 10 * time.Second
+	defaultFullSegmentHold  = time.Minute
 )
 
 func (c Config) withDefaults() Config {
@@ -51,6 +58,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = defaultTimeout
+	}
+	if c.FullSegmentHold <= 0 {
+		c.FullSegmentHold = defaultFullSegmentHold
 	}
 	return c
 }

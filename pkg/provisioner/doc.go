@@ -12,7 +12,12 @@
 // selected node can never host the volume goes back to the scheduler
 // (ProvisioningReschedule), transient driver errors are retried with the same
 // volume name (ProvisioningInBackground), and everything else is reported once
-// as a final error with an Event that an operator can act on.
+// as a final error with an Event that an operator can act on. A selected
+// node's segment where the driver found no room is remembered per class for
+// a while (Config.FullSegmentHold): claims on nodes there go back to the
+// scheduler without a CreateVolume, and are then asked for that segment
+// only, so that a pod pinned to a full zone does not make the driver create
+// and delete a volume elsewhere on every scheduling attempt.
 //
 // Every read of StorageClass, Node, CSINode, PV and PVC objects comes from
 // informers of one shared informer factory (see Controller); the only API GETs

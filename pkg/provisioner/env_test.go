@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
@@ -117,11 +118,13 @@ type env struct {
 }
 
 type envOptions struct {
-	cfg    Config
-	mock   func(*driver.Config)
-	objs   []runtime.Object
-	nodes  map[string]string // node name -> zone (with CSINode entries)
-	direct ControllerClient  // replaces the mock (for failure injection at the client)
+	cfg     Config
+	mock    func(*driver.Config)
+	objs    []runtime.Object
+	nodes   map[string]string // node name -> zone (with CSINode entries)
+	direct  ControllerClient  // replaces the mock (for failure injection at the client)
+	clock   clock.PassiveClock
+	metrics *Metrics
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -157,7 +160,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	cfg := o.cfg
 	cfg.DriverName = testDriver
-	p, err := New(cfg, Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog()})
+	p, err := New(cfg, Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog(),
+		Clock: o.clock, Metrics: o.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ type Metrics struct {
 	selected   *metrics.HistogramVec
 	capObjects *metrics.Gauge
 	capSyncs   *metrics.CounterVec
+	fullSegs   *metrics.Gauge
 }
 
 // NewMetrics registers the provisioner's metrics in reg.
@@ -55,8 +56,10 @@ func NewMetrics(reg metrics.KubeRegistry) *Metrics {
 		capSyncs: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "capacity_updates_total",
 			Help: "CSIStorageCapacity creates, updates and deletes by result."},
 			[]string{"operation", "result"}),
+		fullSegs: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "full_segments",
+			Help: "(storage class, segment) pairs the driver recently found without room; delayed claims there wait for the hold."}),
 	}
-	reg.MustRegister(m.operations, m.durations, m.reschedule, m.selected, m.capObjects, m.capSyncs)
+	reg.MustRegister(m.operations, m.durations, m.reschedule, m.selected, m.capObjects, m.capSyncs, m.fullSegs)
 	return m
 }
 
@@ -98,6 +101,12 @@ func (m *Metrics) observeSelectedToPV(class string, d time.Duration) {
 func (m *Metrics) setCapacityObjects(n int) {
 	if m != nil {
 		m.capObjects.Set(float64(n))
+	}
+}
+
+func (m *Metrics) setFullSegments(n int) {
+	if m != nil {
+		m.fullSegs.Set(float64(n))
 	}
 }
 

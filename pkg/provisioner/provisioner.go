@@ -19,6 +19,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
@@ -59,6 +60,9 @@ type Deps struct {
 	Metrics *Metrics
 	// Selections times claims from selected-node to PV. May be nil.
 	Selections *SelectionClock
+	// Clock tells the time of full-segment marks. May be nil (the real
+	// clock).
+	Clock clock.PassiveClock
 }
 
 // Provisioner provisions and deletes volumes of one CSI driver. It implements
@@ -74,6 +78,8 @@ type Provisioner struct {
 	inBackground map[types.UID]string
 	// deleted remembers the PVs whose volume was just deleted.
 	deleted *deletedVolumes
+	// full remembers the segments recently found without room, per class.
+	full *fullSegments
 }
 
 var (
@@ -90,7 +96,8 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 	if deps.CSI == nil || deps.Secrets == nil || deps.CSINodes == nil || deps.Index == nil {
 		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
 	}
-	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil)}, nil
+	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
+		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics)}, nil
 }
 
 // SupportsBlock reports that raw block claims are passed to the driver, which
@@ -132,14 +139,34 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningFinished, err
 	}
 	decision := "driver without topology support, no requirements"
+	// seg is the selected node's segment, nil for immediate binding.
+	var seg topology.Segment
 	if p.cfg.SupportsTopology {
 		reqs, err := p.requirements(opts, selectedNode)
 		if err != nil {
 			state, reason := requirementsState(err, delayed)
 			return p.fail(ctx, claim, req.csi.Name, state, reason, fmt.Errorf("computing topology requirements: %w", err))
 		}
+		strict := p.cfg.StrictTopology
+		if delayed {
+			seg = nodeSegment(reqs)
+		}
+		// A claim whose earlier CreateVolume may still be running in the
+		// driver is asked again as before: the idempotent call returns
+		// that volume (holding it would delete a volume perhaps made in
+		// the node's segment; other requirements could be refused).
+		if _, pending := p.backgroundName(claim.UID); seg != nil && !pending {
+			if st := p.full.status(class.Name, seg); st.held {
+				return p.fail(ctx, claim, req.csi.Name, controller.ProvisioningReschedule, RescheduleNoCapacity,
+					&segmentFullError{class: class.Name, segment: seg.String(), status: st})
+			} else if st.known && !st.wide {
+				// Only the node's segment: the driver must not fall back
+				// to a segment the node cannot reach.
+				reqs, strict = onlySegment(seg), true
+			}
+		}
 		req.csi.AccessibilityRequirements = reqs
-		decision = describeRequirements(selectedNode, reqs, p.cfg.StrictTopology)
+		decision = describeRequirements(selectedNode, reqs, strict)
 	}
 	if ref := req.secrets[secretProvisioner]; ref != nil {
 		if req.csi.Secrets, err = p.readSecret(ctx, ref); err != nil {
@@ -153,21 +180,18 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	cancel()
 	if err != nil {
 		state, reason := createVolumeState(err, delayed)
+		if reason == RescheduleNoCapacity && seg != nil {
+			p.full.learn(ctx, class.Name, seg, false, "RESOURCE_EXHAUSTED")
+		}
 		return p.fail(ctx, claim, req.csi.Name, state, reason, fmt.Errorf("CreateVolume %q: %w", req.csi.Name, err))
 	}
 	p.forgetBackground(claim.UID)
 
 	if delayed && p.cfg.SupportsTopology && !accessibleFrom(resp.GetVolume().GetAccessibleTopology(), opts.SelectedNode) {
-		// The driver fell back to a segment the selected node cannot reach
-		// (its own was full): the volume is useless for this pod. Remove it
-		// and let the scheduler pick a node where the volume can be made.
-		err := fmt.Errorf("driver placed volume %q in %s, which node %q cannot reach (its segment has no room)",
-			resp.GetVolume().GetVolumeId(), segmentsString(resp.GetVolume().GetAccessibleTopology()), selectedNode)
-		if derr := p.deleteVolume(ctx, resp.GetVolume().GetVolumeId(), req.csi.Secrets); derr != nil {
-			p.rememberBackground(claim.UID, req.csi.Name)
-			return nil, controller.ProvisioningInBackground, fmt.Errorf("%w; removing it failed: %v", err, derr)
-		}
-		return p.fail(ctx, claim, req.csi.Name, controller.ProvisioningReschedule, RescheduleVolumeNotAccessible, err)
+		return p.dropInaccessible(ctx, opts, req, resp.GetVolume(), seg)
+	}
+	if seg != nil {
+		p.full.seen(ctx, class.Name, seg)
 	}
 
 	pv, err := p.buildPV(opts, req, resp)
@@ -182,21 +206,47 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	if p.deps.Decisions != nil {
 		p.deps.Decisions.Record(claim.UID, decision+placedIn(resp.GetVolume().GetAccessibleTopology()))
 	}
-	if p.deps.Capacity != nil {
-		versions, err := p.deps.Capacity.Refresh(ctx, resp.GetVolume().GetAccessibleTopology(), opts.StorageClass.Name)
-		if err != nil {
-			logger.Error(err, "Refreshing storage capacity after the provision; the next poll retries")
-		}
-		if len(versions) > 0 {
-			if pv.Annotations == nil {
-				pv.Annotations = map[string]string{}
-			}
-			pv.Annotations[topology.AnnCapacityVersions] = topology.FormatCapacityVersions(versions)
-		}
-	}
+	p.refreshCapacity(ctx, pv, resp.GetVolume().GetAccessibleTopology(), class.Name)
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeHandle", pv.Spec.CSI.VolumeHandle,
 		"decision", decision, "accessibleTopology", segmentsString(resp.GetVolume().GetAccessibleTopology()))
 	return pv, controller.ProvisioningFinished, nil
+}
+
+// dropInaccessible handles a volume the driver placed in a segment the
+// selected node cannot reach (its own was full, or the driver reports a
+// volume outside the requirements): the volume is useless for this pod. It
+// is removed, the node's segment is marked full for the class, and the
+// scheduler picks a node again.
+func (p *Provisioner) dropInaccessible(ctx context.Context, opts controller.ProvisionOptions, req *createRequest, vol *csi.Volume, seg topology.Segment) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	claim, selectedNode := opts.PVC, opts.PVC.Annotations[annSelectedNode]
+	err := fmt.Errorf("driver placed volume %q in %s, which node %q cannot reach (its segment has no room)",
+		vol.GetVolumeId(), segmentsString(vol.GetAccessibleTopology()), selectedNode)
+	if seg != nil {
+		p.full.learn(ctx, opts.StorageClass.Name, seg, len(vol.GetAccessibleTopology()) > 1, "volume placed out of the node's reach")
+	}
+	if derr := p.deleteVolume(ctx, vol.GetVolumeId(), req.csi.Secrets); derr != nil {
+		p.rememberBackground(claim.UID, req.csi.Name)
+		return nil, controller.ProvisioningInBackground, fmt.Errorf("%w; removing it failed: %v", err, derr)
+	}
+	return p.fail(ctx, claim, req.csi.Name, controller.ProvisioningReschedule, RescheduleVolumeNotAccessible, err)
+}
+
+// refreshCapacity refreshes the capacity objects of the segments a new
+// volume is in and records their versions on its PV.
+func (p *Provisioner) refreshCapacity(ctx context.Context, pv *v1.PersistentVolume, accessible []*csi.Topology, class string) {
+	if p.deps.Capacity == nil {
+		return
+	}
+	versions, err := p.deps.Capacity.Refresh(ctx, accessible, class)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Refreshing storage capacity after the provision; the next poll retries")
+	}
+	if len(versions) > 0 {
+		if pv.Annotations == nil {
+			pv.Annotations = map[string]string{}
+		}
+		pv.Annotations[topology.AnnCapacityVersions] = topology.FormatCapacityVersions(versions)
+	}
 }
 
 // fail records the outcome of a failed attempt. A claim that goes back to the
@@ -312,6 +362,7 @@ func (p *Provisioner) delete(ctx context.Context, pv *v1.PersistentVolume) error
 		return err
 	}
 	p.deleted.record(pv.UID)
+	p.full.freed(ctx, affinityTopologies(pv))
 	if p.deps.Capacity != nil {
 		p.deps.Capacity.Touch(affinityTopologies(pv))
 	}

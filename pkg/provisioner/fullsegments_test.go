@@ -1,0 +1,122 @@
+package provisioner
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+const rackKey = driver.TopologyPrefix + "rack"
+
+func TestFullSegments(t *testing.T) {
+	const hold = time.Minute
+	z1r1 := topology.Segment{zoneKey: "z1", rackKey: "r1"}
+	z1r2 := topology.Segment{zoneKey: "z1", rackKey: "r2"}
+	zone := func(z string) []*csi.Topology { return zoneTopo(z) }
+	rack := func(z, r string) []*csi.Topology {
+		return []*csi.Topology{{Segments: map[string]string{zoneKey: z, rackKey: r}}}
+	}
+	type step struct {
+		advance time.Duration
+		learn   string // class whose mark of seg is learned
+		seen    string // class whose mark of seg is cleared by a success
+		freed   []*csi.Topology
+		seg     topology.Segment // of learn and seen; default z1r1
+		wide    bool
+	}
+	tests := []struct {
+		name      string
+		steps     []step
+		class     string // the class asked about; default "fast"
+		seg       topology.Segment
+		wantKnown bool
+		wantHeld  bool
+		wantWide  bool
+		wantCount int // marks kept
+	}{
+		{name: "nothing learned", seg: z1r1},
+		{name: "learned: held", steps: []step{{learn: "fast"}}, seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "just before the hold ends: held", steps: []step{{learn: "fast"}, {advance: hold - time.Nanosecond}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "hold passed: known, strict, not held", steps: []step{{learn: "fast"}, {advance: hold}},
+			seg: z1r1, wantKnown: true, wantCount: 1},
+		{name: "renewed after the hold: held again", steps: []step{{learn: "fast"}, {advance: 2 * hold}, {learn: "fast"}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "learned from a volume in several segments: wide", steps: []step{{learn: "fast", wide: true}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantWide: true, wantCount: 1},
+		{name: "renewed by RESOURCE_EXHAUSTED: no longer wide", steps: []step{{learn: "fast", wide: true}, {learn: "fast"}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "another class is not affected", steps: []step{{learn: "fast"}}, class: "slow", seg: z1r1, wantCount: 1},
+		{name: "another segment is not affected", steps: []step{{learn: "fast"}}, seg: z1r2, wantCount: 1},
+		{name: "a success clears the mark", steps: []step{{learn: "fast"}, {advance: hold}, {seen: "fast"}}, seg: z1r1},
+		{name: "a success of another class keeps it", steps: []step{{learn: "fast"}, {seen: "slow"}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "a deletion in the segment clears every class", steps: []step{{learn: "fast"}, {learn: "slow"}, {freed: rack("z1", "r1")}},
+			class: "slow", seg: z1r1},
+		{name: "a deletion reported by zone alone clears the zone's racks", steps: []step{{learn: "fast"}, {learn: "fast", seg: z1r2}, {freed: zone("z1")}},
+			seg: z1r2},
+		{name: "a deletion in another rack keeps it", steps: []step{{learn: "fast"}, {freed: rack("z1", "r2")}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "a deletion in another zone keeps it", steps: []step{{learn: "fast"}, {freed: zone("z2")}},
+			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "a mark not renewed is forgotten at the next learn", steps: []step{{learn: "fast"}, {advance: fullForgetHolds*hold + 1}, {learn: "slow"}},
+			seg: z1r1, wantCount: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+			reg := metrics.NewKubeRegistry()
+			f := newFullSegments(clk, hold, NewMetrics(reg))
+			for _, s := range tc.steps {
+				clk.SetTime(clk.Now().Add(s.advance))
+				seg := s.seg
+				if seg == nil {
+					seg = z1r1
+				}
+				if s.learn != "" {
+					f.learn(ctx, s.learn, seg, s.wide, "test")
+				}
+				if s.seen != "" {
+					f.seen(ctx, s.seen, seg)
+				}
+				f.freed(ctx, s.freed)
+			}
+			class := tc.class
+			if class == "" {
+				class = "fast"
+			}
+			st := f.status(class, tc.seg)
+			if st.known != tc.wantKnown || st.held != tc.wantHeld || st.wide != tc.wantWide {
+				t.Errorf("status = known %v held %v wide %v, want known %v held %v wide %v",
+					st.known, st.held, st.wide, tc.wantKnown, tc.wantHeld, tc.wantWide)
+			}
+			if st.known && st.retry != st.learned.Add(hold) {
+				t.Errorf("retry %s, want learned %s + %s", st.retry, st.learned, hold)
+			}
+			if got, err := testutil.GetGaugeMetricValue(f.metrics.fullSegs); err != nil || int(got) != tc.wantCount {
+				t.Errorf("full_segments gauge = %v (%v), want %d", got, err, tc.wantCount)
+			}
+		})
+	}
+}
+
+func TestSegmentFullError(t *testing.T) {
+	learned := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	err := &segmentFullError{class: "fast", segment: zoneKey + "=z1",
+		status: fullStatus{known: true, held: true, learned: learned, retry: learned.Add(time.Minute)}}
+	for _, want := range []string{zoneKey + "=z1", `had no room for StorageClass "fast" at 2026-01-01T12:00:00Z`, "asked again after 2026-01-01T12:01:00Z"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+}
