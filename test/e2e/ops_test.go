@@ -93,16 +93,23 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		m = scrape(t, ctx, url)
 		return value(m, "csi_topology_provisioner_operations_total", map[string]string{"operation": "delete", "storage_class": class}) >= 1, nil
 	})
+	// One RESOURCE_EXHAUSTED marks that segment full for a minute: when the
+	// scheduler picks a node there again, the claim is sent back without a
+	// CreateVolume, so reschedules may exceed 1 while the driver still saw
+	// exactly one failed call.
+	rescheduled := value(m, "csi_topology_provisioner_reschedules_total", map[string]string{"reason": "NoCapacity"})
+	if rescheduled < 1 {
+		t.Errorf("reschedules_total{NoCapacity} = %v, want at least 1", rescheduled)
+	}
 	for _, c := range []struct {
 		metric string
 		labels map[string]string
 		want   float64
 	}{
 		{"csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "success"}, 3},
-		{"csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "reschedule"}, 1},
+		{"csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "reschedule"}, rescheduled},
 		{"csi_topology_provisioner_operations_total", map[string]string{"operation": "delete", "storage_class": class, "result": "success"}, 1},
-		{"csi_topology_provisioner_operation_duration_seconds_count", map[string]string{"operation": "provision", "storage_class": class}, 4},
-		{"csi_topology_provisioner_reschedules_total", map[string]string{"reason": "NoCapacity"}, 1},
+		{"csi_topology_provisioner_operation_duration_seconds_count", map[string]string{"operation": "provision", "storage_class": class}, 3 + rescheduled},
 		{"csi_topology_provisioner_selected_node_to_pv_seconds_count", map[string]string{"storage_class": class}, 3},
 		{"csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/CreateVolume", "grpc_status_code": "ResourceExhausted"}, 1},
 		{"csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/DeleteVolume", "grpc_status_code": "OK"}, 1},
