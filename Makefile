@@ -29,9 +29,12 @@ lint:
 test: lint build
 	$(GO) test -count=1 -timeout 40m $(GOTESTFLAGS) ./... 2>&1 | tee .test-output.log; exit $${PIPESTATUS[0]}
 
-## run: the main job on the local control plane (see README)
+## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
+## or SIGTERM to make, stops it and cleans up. make execs the program (no
+## `go run` in between) so that it is make's child.
 run: build
-	$(GO) run ./test/cmd/run $(ARGS)
+	CGO_ENABLED=0 $(GO) build -o bin/run ./test/cmd/run
+	exec bin/run --bin-dir=bin $(ARGS)
 
 ## image: container images of every binary, tagged and stamped (--version) with VERSION (needs a Docker engine)
 image:
