@@ -63,14 +63,23 @@ func main() {
 	// On an interrupt the builds this process runs are interrupted first,
 	// then everything else sees the end of ctx.
 	ctx, cancel := context.WithCancel(context.Background())
+	groupStopped := make(chan struct{})
 	go func() {
 		<-interrupted.Done()
 		interruptGroup(ctx, 5*time.Second)
 		cancel()
+		close(groupStopped)
 	}()
+	removeGoTemp, err := goTempDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "make run:", err)
+		os.Exit(1)
+	}
 	err = run(ctx, o)
 	var stop stopped
 	if errors.As(context.Cause(interrupted), &stop) {
+		<-groupStopped
+		removeGoTemp()
 		fmt.Fprintf(os.Stderr, "make run: stopped (%v)\n", stop)
 		signal.Reset(stop.sig)
 		if !signal.Ignored(stop.sig) && syscall.Kill(os.Getpid(), stop.sig) == nil {
@@ -80,6 +89,7 @@ func main() {
 		}
 		os.Exit(128 + int(stop.sig))
 	}
+	removeGoTemp()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "make run:", err)
 		os.Exit(1)

@@ -128,10 +128,12 @@ func caughtSignals(pid int) (uint64, error) {
 }
 
 // interruptGroup sends SIGINT to the processes this one started in its own
-// process group (a `go build` of the control plane and its compilers; the
-// cluster's processes have groups of their own and are stopped in order by
-// Cluster.Stop) and waits up to grace for them to end: go build then removes
-// its work directory, which a SIGKILL from exec.CommandContext would leave.
+// process group (a `go build` of the control plane and its compilers and
+// linkers; the cluster's processes have groups of their own and are stopped
+// in order by Cluster.Stop) and waits up to grace for them to end. The
+// SIGKILL of exec.CommandContext would reach go alone and leave a linker
+// running for a minute. An interrupted go build leaves its work directory:
+// see goTempDir.
 func interruptGroup(ctx context.Context, grace time.Duration) {
 	logger := klog.FromContext(ctx)
 	self, pgrp := os.Getpid(), syscall.Getpgrp()
@@ -150,4 +152,18 @@ func interruptGroup(ctx context.Context, grace time.Duration) {
 		}
 		return left == 0, nil
 	})
+}
+
+// goTempDir makes the go commands this process starts (GOTMPDIR) put their
+// work directories in a new temp dir, and returns a function that removes
+// it: an interrupted go build leaves its work directory behind.
+func goTempDir() (func(), error) {
+	dir, err := os.MkdirTemp("", "make-run-go-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Setenv("GOTMPDIR", dir); err != nil {
+		return nil, err
+	}
+	return func() { _ = os.RemoveAll(dir) }, nil
 }
