@@ -48,9 +48,10 @@ func notifyContext(ctx context.Context) context.Context {
 	return ctx
 }
 
-// fatalSignals are the signals after which GNU make stops: on SIGINT,
-// SIGHUP and SIGQUIT it passes nothing on (a terminal signals the whole
-// foreground process group, kill(1) does not) and waits for its children.
+// fatalSignals are the signals after which GNU make stops. It passes SIGTERM
+// on to its children; on SIGINT, SIGHUP and SIGQUIT it passes nothing on (a
+// terminal signals the whole foreground process group, kill(1) does not)
+// and waits for its children.
 var fatalSignals = []syscall.Signal{syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGTERM}
 
 // watchParent returns a context that ends when the parent process ends
