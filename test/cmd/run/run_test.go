@@ -100,17 +100,24 @@ func TestMakeRunStops(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		signal syscall.Signal
+		// group sends the signal to make's process group, as Ctrl-C does.
+		group bool
 		// ready reports when to send the signal.
 		ready func(out string, procs []proc) bool
 	}{
 		{name: "SIGINT during start-up", signal: syscall.SIGINT, ready: apiserverRuns},
 		{name: "SIGTERM during start-up", signal: syscall.SIGTERM, ready: apiserverRuns},
+		{name: "Ctrl-C during start-up", signal: syscall.SIGINT, group: true, ready: apiserverRuns},
 		{name: "SIGINT once up", signal: syscall.SIGINT, ready: func(out string, _ []proc) bool {
 			return strings.Contains(out, "The cluster stays up")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runAndSignal(t, root, tc.signal, tc.ready)
+			target := 1
+			if tc.group {
+				target = -1
+			}
+			runAndSignal(t, root, tc.signal, target, tc.ready)
 		})
 	}
 }
@@ -124,7 +131,9 @@ func apiserverRuns(_ string, procs []proc) bool {
 	return false
 }
 
-func runAndSignal(t *testing.T, root string, sig syscall.Signal, ready func(string, []proc) bool) {
+// runAndSignal starts make run, waits until ready, sends sig to make
+// (target 1) or to its process group (target -1) and checks the aftermath.
+func runAndSignal(t *testing.T, root string, sig syscall.Signal, target int, ready func(string, []proc) bool) {
 	var out output
 	cmd := exec.Command("make", "--no-print-directory", "run", "ARGS=--timeout=3m")
 	cmd.Dir = root
@@ -168,7 +177,7 @@ func runAndSignal(t *testing.T, root string, sig syscall.Signal, ready func(stri
 	if dir == "" {
 		t.Fatalf("no etcd seen in make's session:\n%s", out.String())
 	}
-	if err := syscall.Kill(sid, sig); err != nil {
+	if err := syscall.Kill(target*sid, sig); err != nil { // make leads its session and group
 		t.Fatal(err)
 	}
 	signalled := time.Now()
