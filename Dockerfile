@@ -8,7 +8,12 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=devel
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/...
+# The same -ldflags as the Makefile's LDFLAGS: the project's version, and the
+# Kubernetes release (go.mod's k8s.io/kubernetes) for csi-topology-scheduler.
+RUN KUBE_VERSION=$(go list -m -f '{{.Version}}' k8s.io/kubernetes) && \
+    CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X main.version=${VERSION} -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION}" \
+      -o /out/ ./cmd/...
 
 # The sidecars and the mock driver run as root, like the upstream CSI
 # sidecars: they connect to the driver's unix socket, which a driver running

@@ -2,7 +2,10 @@
 SHELL := /bin/bash
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS   := -s -w -X main.version=$(VERSION)
+# The Kubernetes release the binaries embed (go.mod's k8s.io/kubernetes), for
+# csi-topology-scheduler --version; the Dockerfile stamps it the same way.
+KUBE_VERSION = $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
+LDFLAGS   = -s -w -X main.version=$(VERSION) -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)
 BINARIES  := $(notdir $(wildcard cmd/*))
 GOTESTFLAGS ?=
 ARGS      ?=
@@ -54,9 +57,12 @@ test: $(PROGRESS)
 	@echo "==> [6/6] go test (one control plane per e2e package; full log in .test-output.log)"
 	@$(PROGRESS) -label "go test" -test -log .test-output.log -every 60s -- $(GO) test -json -count=1 -timeout 40m $(GOTESTFLAGS) ./...
 
-## run: the main job on the local control plane (see README)
+## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
+## or SIGTERM to make, stops it and cleans up. make execs the program (no
+## `go run` in between) so that it is make's child.
 run: build
-	$(GO) run ./test/cmd/run $(ARGS)
+	CGO_ENABLED=0 $(GO) build -o bin/run ./test/cmd/run
+	exec bin/run --bin-dir=bin $(ARGS)
 
 ## image: container images of every binary, tagged and stamped (--version) with VERSION (needs a Docker engine)
 image:

@@ -13,7 +13,14 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler/plugin"
 )
 
+// version is the project's version, stamped by the Makefile and the
+// Dockerfile (-X main.version=...), like every other binary's. The
+// Kubernetes version the scheduler embeds is stamped into
+// k8s.io/component-base/version the same way.
+var version = "devel"
+
 func main() {
 	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New))
+	withVersion(cmd, version)
 	os.Exit(cli.Run(cmd))
 }

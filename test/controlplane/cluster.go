@@ -38,6 +38,27 @@ type Options struct {
 	SchedulerConfig string
 	// StartTimeout bounds start-up; default 2 minutes.
 	StartTimeout time.Duration
+	// Controllers are kube-controller-manager's controllers; default
+	// DefaultControllers.
+	Controllers []string
+}
+
+// DefaultControllers are the kube-controller-manager controllers (names
+// from cmd/kube-controller-manager/names) that act on what the tests create,
+// as a real cluster's do. Without a kubelet no pod runs, so the controllers
+// of running workloads (endpoints, node lifecycle, attach/detach, the root
+// CA publisher for pods' service-account volumes) stay off. Read only.
+var DefaultControllers = []string{
+	"persistentvolume-binder-controller",
+	"persistentvolume-protection-controller",
+	"persistentvolumeclaim-protection-controller",
+	"serviceaccount-controller",
+	"statefulset-controller",
+	// Deleting a namespace deletes its contents, and then the namespace.
+	"namespace-controller",
+	// ownerReferences: a StatefulSet's pods, capacity objects owned by the
+	// provisioner's Deployment, CSINodes owned by their Node.
+	"garbage-collector-controller",
 }
 
 // Cluster is a running local control plane.
@@ -99,6 +120,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 2 * time.Minute
 	}
+	if len(opts.Controllers) == 0 {
+		opts.Controllers = DefaultControllers
+	}
 	bins, err := BuildControlPlane(ctx, opts.RepoRoot)
 	if err != nil {
 		return nil, err
@@ -113,7 +137,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	c = &Cluster{Dir: dir, LogDir: filepath.Join(dir, "logs"), RepoRoot: opts.RepoRoot}
 	defer func() {
 		if err != nil {
-			c.DumpLogs(os.Stderr, 30)
+			// An interrupted start-up is no crash: no logs to show.
+			if ctx.Err() == nil {
+				c.DumpLogs(os.Stderr, 30)
+			}
 			_ = c.Stop()
 			c = nil
 		}
@@ -132,29 +159,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	c.server = "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	if err := c.startCore("etcd", bins.Etcd,
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls=http://127.0.0.1:"+strconv.Itoa(etcdClient),
-		"--advertise-client-urls=http://127.0.0.1:"+strconv.Itoa(etcdClient),
-		"--listen-peer-urls=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
-		"--initial-advertise-peer-urls=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
-		"--initial-cluster=default=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
-		"--unsafe-no-fsync", "--quota-backend-bytes=4294967296"); err != nil {
+	if err := c.startCore("etcd", bins.Etcd, c.etcdArgs(etcdClient, etcdPeer)...); err != nil {
 		return c, err
 	}
-	if err := c.startCore("kube-apiserver", bins.APIServer,
-		"--etcd-servers=http://127.0.0.1:"+strconv.Itoa(etcdClient),
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(apiPort),
-		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
-		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode=RBAC",
-		"--service-account-key-file="+filepath.Join(dir, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range=10.96.0.0/16",
-		"--enable-priority-and-fairness=false",
-		"--allow-privileged=true"); err != nil {
+	if err := c.startCore("kube-apiserver", bins.APIServer, c.apiserverArgs(etcdClient, apiPort)...); err != nil {
 		return c, err
 	}
 	c.RESTConfig = &rest.Config{
@@ -175,38 +183,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.waitHealthy(sctx, c.server+"/readyz", token); err != nil {
 		return c, fmt.Errorf("kube-apiserver not ready: %w", err)
 	}
-	if err := c.startCore("kube-controller-manager", bins.ControllerManager,
-		"--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig,
-		"--authorization-kubeconfig="+c.Kubeconfig,
-		"--controllers=persistentvolume-binder-controller,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller,serviceaccount-controller,statefulset-controller",
-		"--leader-elect=false", "--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(kcmPort),
-		"--cert-dir="+filepath.Join(dir, "kcm-certs"),
-		"--pvclaimbinder-sync-period=2s"); err != nil {
+	if err := c.startCore("kube-controller-manager", bins.ControllerManager, c.controllerManagerArgs(opts.Controllers, kcmPort)...); err != nil {
 		return c, err
 	}
-	schedArgs := []string{
-		"--kubeconfig=" + c.Kubeconfig,
-		"--authentication-kubeconfig=" + c.Kubeconfig,
-		"--authorization-kubeconfig=" + c.Kubeconfig,
-		"--leader-elect=false", "--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(schedPort),
-		"--cert-dir=" + filepath.Join(dir, "scheduler-certs"),
-	}
-	if opts.SchedulerConfig != "" {
-		path := filepath.Join(dir, "scheduler-config.yaml")
-		data := strings.ReplaceAll(opts.SchedulerConfig, "{{KUBECONFIG}}", c.Kubeconfig)
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			return c, err
-		}
-		schedArgs = append(schedArgs, "--config="+path)
-	}
-	c.schedBinary, c.schedArgs, c.schedPort = bins.Scheduler, schedArgs, schedPort
-	if err := c.startCore("kube-scheduler", bins.Scheduler, schedArgs...); err != nil {
+	if err := c.startFirstScheduler(bins.Scheduler, opts.SchedulerConfig, schedPort); err != nil {
 		return c, err
 	}
-	c.sched = c.core[len(c.core)-1]
 	for name, port := range map[string]int{"kube-controller-manager": kcmPort, "kube-scheduler": schedPort} {
 		if err := c.waitHealthy(sctx, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", ""); err != nil {
 			return c, fmt.Errorf("%s not healthy: %w", name, err)
@@ -220,6 +202,77 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	logger.Info("Control plane ready", "dir", dir, "server", c.server, "startup", time.Since(start).Round(time.Millisecond))
 	return c, nil
+}
+
+// etcdArgs is etcd's command line.
+func (c *Cluster) etcdArgs(client, peer int) []string {
+	clientURL, peerURL := "http://127.0.0.1:"+strconv.Itoa(client), "http://127.0.0.1:"+strconv.Itoa(peer)
+	return []string{
+		"--data-dir=" + filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls=" + clientURL, "--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
+		"--unsafe-no-fsync", "--quota-backend-bytes=4294967296",
+	}
+}
+
+// apiserverArgs is kube-apiserver's command line.
+func (c *Cluster) apiserverArgs(etcdClient, port int) []string {
+	return []string{
+		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(etcdClient),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(c.Dir, "apiserver-certs"),
+		"--token-auth-file=" + filepath.Join(c.Dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-key-file=" + filepath.Join(c.Dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(c.Dir, "sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--enable-priority-and-fairness=false",
+		"--allow-privileged=true",
+	}
+}
+
+// controllerManagerArgs is kube-controller-manager's command line.
+func (c *Cluster) controllerManagerArgs(controllers []string, port int) []string {
+	return []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--controllers=" + strings.Join(controllers, ","),
+		"--leader-elect=false", "--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(c.Dir, "kcm-certs"),
+		"--pvclaimbinder-sync-period=2s",
+	}
+}
+
+// startFirstScheduler starts the scheduler with an optional configuration
+// (Options.SchedulerConfig) and keeps its command line for StartScheduler.
+func (c *Cluster) startFirstScheduler(binary, config string, port int) error {
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--leader-elect=false", "--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(c.Dir, "scheduler-certs"),
+	}
+	if config != "" {
+		path := filepath.Join(c.Dir, "scheduler-config.yaml")
+		data := strings.ReplaceAll(config, "{{KUBECONFIG}}", c.Kubeconfig)
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			return err
+		}
+		args = append(args, "--config="+path)
+	}
+	c.schedBinary, c.schedArgs, c.schedPort = binary, args, port
+	if err := c.startCore("kube-scheduler", binary, args...); err != nil {
+		return err
+	}
+	c.sched = c.core[len(c.core)-1]
+	return nil
 }
 
 func (c *Cluster) startCore(name, binary string, args ...string) error {

@@ -50,7 +50,15 @@ type Config struct {
 	ZoneCapacity  map[string]int64
 	// ProvisionerArgs are extra csi-provisioner flags.
 	ProvisionerArgs []string
+	// BinDir, when set, holds the project's binaries (Binaries), e.g. the
+	// bin/ of `make build`; by default Setup builds them into the cluster's
+	// temp dir.
+	BinDir string
 }
+
+// Binaries are the project's commands a Lab runs, from Config.BinDir or
+// built by Setup.
+var Binaries = []string{"mock-driver", "csi-provisioner", "csi-node-publisher", "csi-scheduler-extender"}
 
 // Lab is a deployed mock driver and provisioner on a cluster.
 type Lab struct {
@@ -87,16 +95,16 @@ type NodeSpec struct {
 	DriverTopology string
 }
 
-// Setup builds the project's binaries, creates the nodes, starts a mock
-// node service per node and publishes its CSINode entry, starts the mock
-// controller and the provisioner.
+// Setup builds the project's binaries (unless Config.BinDir has them),
+// creates the nodes, starts a mock node service per node and publishes its
+// CSINode entry, starts the mock controller and the provisioner.
 func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, error) {
 	l := &Lab{Cluster: c, cfg: cfg, Nodes: map[string]string{}, Racks: map[string]string{}, publishers: map[string]*controlplane.Process{},
-		BinDir: filepath.Join(c.Dir, "bin"), socketDir: filepath.Join(c.Dir, "sockets")}
+		BinDir: cfg.BinDir, socketDir: filepath.Join(c.Dir, "sockets")}
 	if err := os.MkdirAll(l.socketDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := controlplane.BuildProject(ctx, c.RepoRoot, l.BinDir, "./cmd/mock-driver", "./cmd/csi-provisioner", "./cmd/csi-node-publisher", "./cmd/csi-scheduler-extender"); err != nil {
+	if err := l.binaries(ctx); err != nil {
 		return nil, err
 	}
 	for _, f := range []string{"namespace.yaml", "provisioner-rbac.yaml", "node-publisher-rbac.yaml"} {
@@ -125,6 +133,25 @@ func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, erro
 		return nil, err
 	}
 	return l, nil
+}
+
+// binaries checks that Config.BinDir has every binary, or builds them into
+// the cluster's temp dir.
+func (l *Lab) binaries(ctx context.Context) error {
+	if l.BinDir == "" {
+		l.BinDir = filepath.Join(l.Cluster.Dir, "bin")
+		pkgs := make([]string, 0, len(Binaries))
+		for _, b := range Binaries {
+			pkgs = append(pkgs, "./cmd/"+b)
+		}
+		return controlplane.BuildProject(ctx, l.Cluster.RepoRoot, l.BinDir, pkgs...)
+	}
+	for _, b := range Binaries {
+		if _, err := os.Stat(filepath.Join(l.BinDir, b)); err != nil {
+			return fmt.Errorf("binary %s missing (make build): %w", b, err)
+		}
+	}
+	return nil
 }
 
 func freeAddr() (string, error) {

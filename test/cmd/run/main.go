@@ -3,10 +3,16 @@
 // (a WaitForFirstConsumer class and a 3-replica StatefulSet spread across
 // zones), waits until every claim is Bound and prints where each landed.
 // It then stays up until Ctrl-C, or exits with --once.
+//
+// `make run` builds it into bin/ and execs it with --bin-dir=bin, so that it
+// is make's child. Ctrl-C, SIGINT or SIGTERM to it or to make, or make's
+// death, stop the cluster and remove its temp dir (see watchParent for how
+// it learns about a SIGINT sent to make alone).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -29,6 +35,7 @@ import (
 type options struct {
 	once    bool
 	timeout time.Duration
+	binDir  string
 }
 
 func main() {
@@ -37,11 +44,53 @@ func main() {
 	klog.InitFlags(fs)
 	fs.BoolVar(&o.once, "once", false, "Exit after printing the table (for scripts).")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait for every claim to be Bound.")
+	fs.StringVar(&o.binDir, "bin-dir", "", "The project's binaries (make build's bin/); by default they are built into the cluster's temp dir.")
 	_ = fs.Parse(os.Args[1:])
+	if o.binDir != "" {
+		abs, err := filepath.Abs(o.binDir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "make run:", err)
+			os.Exit(2)
+		}
+		o.binDir = abs
+	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
+	interrupted, err := watchParent(notifyContext(context.Background()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "make run:", err)
+		os.Exit(1)
+	}
+	// On an interrupt the builds this process runs are interrupted first,
+	// then everything else sees the end of ctx.
+	ctx, cancel := context.WithCancel(context.Background())
+	groupStopped := make(chan struct{})
+	go func() {
+		<-interrupted.Done()
+		interruptGroup(ctx, 5*time.Second)
+		cancel()
+		close(groupStopped)
+	}()
+	removeGoTemp, err := goTempDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "make run:", err)
+		os.Exit(1)
+	}
+	err = run(ctx, o)
+	var stop stopped
+	if errors.As(context.Cause(interrupted), &stop) {
+		<-groupStopped
+		removeGoTemp()
+		fmt.Fprintf(os.Stderr, "make run: stopped (%v)\n", stop)
+		signal.Reset(stop.sig)
+		if !signal.Ignored(stop.sig) && syscall.Kill(os.Getpid(), stop.sig) == nil {
+			// The Go runtime's handler, on another thread, ends the
+			// process by the signal; bounded, in case it does not.
+			<-time.After(5 * time.Second)
+		}
+		os.Exit(128 + int(stop.sig))
+	}
+	removeGoTemp()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "make run:", err)
 		os.Exit(1)
 	}
@@ -54,17 +103,21 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	fmt.Printf("Control plane up in %s.\n", cluster.Dir)
 	defer func() {
 		fmt.Println("Stopping the control plane...")
 		if err := cluster.Stop(); err != nil {
 			logger.Error(err, "Stopping the control plane")
 		}
 	}()
+	// The components' logs explain a failure, not an interrupt.
 	fail := func(err error) error {
-		cluster.DumpLogs(os.Stderr, 20)
+		if ctx.Err() == nil {
+			cluster.DumpLogs(os.Stderr, 20)
+		}
 		return err
 	}
-	env, err := lab.Setup(ctx, cluster, lab.Config{Zones: []string{"z1", "z2", "z3"}, NodesPerZone: 2, CapacityBytes: 100 << 30})
+	env, err := lab.Setup(ctx, cluster, lab.Config{Zones: []string{"z1", "z2", "z3"}, NodesPerZone: 2, CapacityBytes: 100 << 30, BinDir: o.binDir})
 	if err != nil {
 		return fail(err)
 	}
