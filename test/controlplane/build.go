@@ -130,15 +130,14 @@ const progressEvery = 30 * time.Second
 func goBuildWithProgress(ctx context.Context, modDir, outDir string, targets []string) error {
 	logger := klog.FromContext(ctx)
 	total := 0
-	list := exec.CommandContext(ctx, "go", append([]string{"list", "-deps"}, targets...)...)
-	list.Dir = modDir
-	list.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := list.Output(); err == nil {
+	list, cleanup := goCommand(ctx, modDir, append([]string{"list", "-deps"}, targets...)...)
+	out, err := list.Output()
+	cleanup()
+	if err == nil {
 		total = bytes.Count(out, []byte("\n"))
 	}
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-v", "-o", outDir + string(filepath.Separator)}, targets...)...)
-	cmd.Dir = modDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd, cleanup := goCommand(ctx, modDir, append([]string{"build", "-v", "-o", outDir + string(filepath.Separator)}, targets...)...)
+	defer cleanup()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -191,9 +190,8 @@ func goBuildWithProgress(ctx context.Context, modDir, outDir string, targets []s
 // into outDir; Go's build cache makes repeated builds cheap.
 func BuildProject(ctx context.Context, repoRoot, outDir string, pkgs ...string) error {
 	args := append([]string{"build", "-o", outDir + string(filepath.Separator)}, pkgs...)
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd, cleanup := goCommand(ctx, repoRoot, args...)
+	defer cleanup()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building %v: %w\n%s", pkgs, err, out)
 	}
@@ -213,4 +211,24 @@ func lockFile(path string) (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// goCommand returns a static (CGO_ENABLED=0) go command in dir that stops
+// cleanly when ctx ends: it runs in a process group of its own, and
+// cancelling kills the whole group, compilers and linker included (killing
+// go alone would leave them running). Its work files go to a temp dir of
+// its own, which cleanup removes, since a killed go build leaves its work
+// dir behind. Call cleanup after the command has ended.
+func goCommand(ctx context.Context, dir string, args ...string) (*exec.Cmd, func()) {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	tmp, err := os.MkdirTemp("", "csi-topology-gobuild-")
+	if err != nil {
+		return cmd, func() {}
+	}
+	cmd.Env = append(cmd.Env, "GOTMPDIR="+tmp)
+	return cmd, func() { _ = os.RemoveAll(tmp) }
 }
