@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 )
@@ -12,6 +13,10 @@ import (
 //
 //   - /livez: 200 while the process serves HTTP. The liveness probe: a
 //     driver outage is not cured by restarting csi-provisioner.
+//   - /healthz/leader-election: the same as /livez, at the path of upstream
+//     external-provisioner's liveness probe (its sample Deployment probes
+//     it). Upstream fails it when the leader stopped renewing its Lease;
+//     csi-provisioner exits then instead.
 //   - /healthz: 200 while the driver is connected and answers Probe
 //     (ready); 503 with the reason otherwise.
 //   - /readyz: 200 while this replica provisions: the driver is connected
@@ -40,7 +45,9 @@ type healthSources struct {
 func (h *health) connected(s healthSources) { h.sources.Store(&s) }
 
 func (h *health) register(mux *http.ServeMux) {
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	alive := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+	mux.HandleFunc("/livez", alive)
+	mux.HandleFunc("/healthz/leader-election", alive)
 	mux.HandleFunc("/healthz", h.healthz)
 	mux.HandleFunc("/readyz", h.readyz)
 }
@@ -83,4 +90,14 @@ func (h *health) readyz(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+}
+
+// registerPprof serves net/http/pprof under /debug/pprof/, as upstream
+// external-provisioner does with --enable-pprof.
+func registerPprof(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }

@@ -23,88 +23,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "devel"
-
-type config struct {
-	csiAddress   string
-	kubeconfig   string
-	kubeAPIQPS   float64
-	kubeAPIBurst int
-	httpEndpoint string
-	showVersion  bool
-	controller   provisioner.ControllerConfig
-	probeTimeout time.Duration
-
-	enableCapacity bool
-	capacity       provisioner.CapacityConfig
-	capacityOwner  string
-	capacityQPS    float64
-	capacityBurst  int
-}
-
-func parseFlags(args []string) (config, error) {
-	var c config
-	fs := flag.NewFlagSet("csi-provisioner", flag.ContinueOnError)
-	logOpts := logging.AddFlags(fs)
-	p := &c.controller.Provisioner
-	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "The CSI driver's controller socket: an absolute path or unix:///absolute/path. Waited for until it accepts connections.")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
-	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 20, "QPS of the API client (Events have a budget of their own of the same size).")
-	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 40, "Burst of the API client.")
-	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /metrics, /livez (the process runs), /healthz (the driver is connected and ready) and /readyz (the driver is connected and this replica leads); empty disables it.")
-	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
-	fs.DurationVar(&p.Timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
-	fs.DurationVar(&c.probeTimeout, "probe-timeout", time.Second, "Timeout of one driver Probe at start-up.")
-	fs.IntVar(&c.controller.WorkerThreads, "worker-threads", 100, "Claims and volumes processed at once.")
-	fs.DurationVar(&c.controller.RetryIntervalStart, "retry-interval-start", time.Second, "First retry interval of a failed provision or delete; doubles on each failure.")
-	fs.DurationVar(&c.controller.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Largest retry interval of a failed provision or delete.")
-	fs.BoolVar(&p.StrictTopology, "strict-topology", false, "Delayed binding: requisite and preferred topology are exactly the selected node's segment.")
-	fs.BoolVar(&p.ImmediateTopology, "immediate-topology", true, "Immediate binding without allowedTopologies: send all known segments as requisite topology.")
-	fs.BoolVar(&p.ExtraCreateMetadata, "extra-create-metadata", false, "Add PVC name/namespace and PV name to CreateVolume parameters.")
-	fs.StringVar(&p.DefaultFSType, "default-fstype", "", "Filesystem type when the class sets none.")
-	fs.StringVar(&p.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix of CSI volume names.")
-	fs.IntVar(&p.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncate the PVC UID in volume names to this length; -1 keeps it whole.")
-	fs.BoolVar(&c.controller.LeaderElection, "leader-election", false, "Provision only while holding a leader-election Lease.")
-	fs.StringVar(&c.controller.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the pod's namespace).")
-	fs.DurationVar(&c.controller.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "Leader-election lease duration.")
-	fs.DurationVar(&c.controller.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "Leader-election renew deadline.")
-	fs.DurationVar(&c.controller.RetryPeriod, "leader-election-retry-period", 5*time.Second, "Leader-election retry period.")
-	fs.BoolVar(&c.enableCapacity, "enable-capacity", false, "Publish CSIStorageCapacity objects per (segment, delayed-binding class of the driver).")
-	fs.DurationVar(&c.capacity.PollInterval, "capacity-poll-interval", time.Minute, "Refresh every capacity object this often (touched segments at once).")
-	fs.StringVar(&c.capacity.Namespace, "capacity-namespace", os.Getenv("NAMESPACE"), "Namespace of the CSIStorageCapacity objects (default: $NAMESPACE, else \"default\").")
-	fs.StringVar(&c.capacityOwner, "capacity-owner-deployment", "", "Deployment (in --capacity-namespace) that owns the capacity objects; empty: no owner.")
-	fs.Float64Var(&c.capacityQPS, "capacity-qps", 5, "QPS of the capacity publisher's own API client.")
-	fs.IntVar(&c.capacityBurst, "capacity-burst", 10, "Burst of the capacity publisher's own API client.")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if c.capacity.Namespace == "" {
-		c.capacity.Namespace = "default"
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	if err := c.validate(); err != nil {
-		return c, err
-	}
-	return c, logOpts.Apply()
-}
-
-// validate checks what parseFlags can check without I/O.
-func (c config) validate() error {
-	if _, err := provisioner.SocketPath(c.csiAddress); err != nil {
-		return fmt.Errorf("--csi-address: %w", err)
-	}
-	if c.kubeAPIQPS <= 0 || c.kubeAPIBurst <= 0 {
-		return errors.New("--kube-api-qps and --kube-api-burst must be positive")
-	}
-	return nil
-}
 
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
@@ -114,6 +37,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	if cfg.enablePprof && cfg.httpAddress() == "" {
+		klog.Background().Info("--enable-pprof has no effect without --http-endpoint")
 	}
 	if cfg.showVersion {
 		fmt.Println("csi-provisioner", version)
@@ -161,8 +87,8 @@ func run(ctx context.Context, cfg config) error {
 	mm := metrics.NewCSIMetricsManagerForSidecar("")
 	// HTTP first: /livez answers while the process waits for its driver.
 	h := &health{address: cfg.csiAddress}
-	if cfg.httpEndpoint != "" {
-		srv := httpServer(ctx, cfg.httpEndpoint, mm, h)
+	if addr := cfg.httpAddress(); addr != "" {
+		srv := httpServer(ctx, cfg, mm, h)
 		defer srv.Close()
 	}
 	// No OnConnectionLoss: csi-lib-utils reconnects by default, and the
@@ -271,13 +197,19 @@ func probeFunc(conn *grpc.ClientConn) func(context.Context) error {
 	}
 }
 
-// httpServer serves /metrics (CSI calls, operations, reschedules, capacity,
-// driver connection) and the health endpoints of h until ctx is done.
-func httpServer(ctx context.Context, addr string, mm metrics.CSIMetricsManager, h *health) *http.Server {
+// httpServer serves the metrics (CSI calls, operations, reschedules,
+// capacity, driver connection) on --metrics-path, the health endpoints of h
+// and, with --enable-pprof, net/http/pprof until ctx is done.
+func httpServer(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h *health) *http.Server {
 	logger := klog.FromContext(ctx)
+	addr := cfg.httpAddress()
 	mux := http.NewServeMux()
-	mm.RegisterToServer(mux, "/metrics")
+	mm.RegisterToServer(mux, cfg.metricsPath)
 	h.register(mux)
+	if cfg.enablePprof {
+		logger.Info("Serving profiling", "address", addr, "path", "/debug/pprof/")
+		registerPprof(mux)
+	}
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		logger.Info("Serving metrics and health", "address", addr)

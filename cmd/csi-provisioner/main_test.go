@@ -30,7 +30,9 @@ func TestValidateCSIAddress(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := config{csiAddress: tc.address, kubeAPIQPS: 1, kubeAPIBurst: 1}.validate()
+			cfg := config{csiAddress: tc.address, kubeAPIQPS: 1, kubeAPIBurst: 1}
+			cfg.controller.WorkerThreads = 1
+			err := cfg.validate()
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("validate: %v", err)
