@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -83,26 +84,34 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 }
 
 // parseFlags parses args into a config, refuses what csi-provisioner
-// cannot honour, and configures logging.
+// cannot honour, and configures logging (once per process).
 func parseFlags(args []string) (config, error) {
+	c, logOpts, err := parseArgs(args, os.Stderr)
+	if err != nil {
+		return c, err
+	}
+	return c, logOpts.Apply()
+}
+
+// parseArgs is parseFlags without configuring logging; usage and parse
+// errors are written to output.
+func parseArgs(args []string, output io.Writer) (config, *logging.Options, error) {
 	var c config
 	fs, logOpts := newFlagSet(&c)
+	fs.SetOutput(output)
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return c, nil, err
 	}
 	if c.capacity.Namespace == "" {
 		c.capacity.Namespace = "default"
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return c, nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if err := checkUpstreamFlags(fs); err != nil {
-		return c, err
+		return c, nil, err
 	}
-	if err := c.validate(); err != nil {
-		return c, err
-	}
-	return c, logOpts.Apply()
+	return c, logOpts, c.validate()
 }
 
 // validate checks what parseFlags can check without I/O.

@@ -197,20 +197,12 @@ func probeFunc(conn *grpc.ClientConn) func(context.Context) error {
 	}
 }
 
-// httpServer serves the metrics (CSI calls, operations, reschedules,
-// capacity, driver connection) on --metrics-path, the health endpoints of h
-// and, with --enable-pprof, net/http/pprof until ctx is done.
+// httpServer serves newMux on --http-endpoint (or --metrics-address) until
+// ctx is done.
 func httpServer(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h *health) *http.Server {
 	logger := klog.FromContext(ctx)
 	addr := cfg.httpAddress()
-	mux := http.NewServeMux()
-	mm.RegisterToServer(mux, cfg.metricsPath)
-	h.register(mux)
-	if cfg.enablePprof {
-		logger.Info("Serving profiling", "address", addr, "path", "/debug/pprof/")
-		registerPprof(mux)
-	}
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: newMux(ctx, cfg, mm, h), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		logger.Info("Serving metrics and health", "address", addr)
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -218,4 +210,18 @@ func httpServer(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h
 		}
 	}()
 	return srv
+}
+
+// newMux serves the metrics (CSI calls, operations, reschedules, capacity,
+// driver connection) on --metrics-path, the health endpoints of h and, with
+// --enable-pprof, net/http/pprof under /debug/pprof/.
+func newMux(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h *health) *http.ServeMux {
+	mux := http.NewServeMux()
+	mm.RegisterToServer(mux, cfg.metricsPath)
+	h.register(mux)
+	if cfg.enablePprof {
+		klog.FromContext(ctx).Info("Serving profiling", "path", "/debug/pprof/")
+		registerPprof(mux)
+	}
+	return mux
 }
