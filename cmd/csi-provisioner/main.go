@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -221,7 +222,7 @@ func newMux(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h *he
 	h.register(mux)
 	if cfg.enablePprof {
 		klog.FromContext(ctx).Info("Serving profiling", "path", "/debug/pprof/")
-		registerPprof(mux)
+		profiling.Register(mux)
 	}
 	return mux
 }
