@@ -99,7 +99,7 @@ var upstreamFlags = []upstreamFlag{
 	{name: "csi-address", upstreamDefault: "/run/csi/socket", status: compatDiffers,
 		note: "a unix socket only (a path or unix:///path); other gRPC targets are refused at start-up"},
 	{name: "leader-election", upstreamDefault: "false", status: compatDiffers,
-		note: "the Lease is named <driver>-provisioner, not <driver>: replicas of both images elect leaders separately, so scale upstream's replicas to zero before starting ours"},
+		note: "the Lease's name ends in -provisioner (upstream's is the driver's name alone): replicas of both images would lead at once, so scale upstream's Deployment to zero before ours starts"},
 	{name: "leader-election-namespace", upstreamDefault: "", status: compatSame},
 	{name: "leader-election-lease-duration", upstreamDefault: "15s", status: compatSame},
 	{name: "leader-election-renew-deadline", upstreamDefault: "10s", status: compatSame},
