@@ -32,8 +32,15 @@ type config struct {
 	enableCapacity bool
 	capacity       provisioner.CapacityConfig
 	capacityOwner  string
-	capacityQPS    float64
-	capacityBurst  int
+	// capacityOwnerLevel is --capacity-ownerref-level; capacityOwnerLevelSet
+	// says whether it was given.
+	capacityOwnerLevel    int
+	capacityOwnerLevelSet bool
+	// podName and podNamespace are $POD_NAME and $NAMESPACE, where the
+	// owner lookup of capacity objects starts.
+	podName, podNamespace string
+	capacityQPS           float64
+	capacityBurst         int
 }
 
 // newFlagSet registers every flag of csi-provisioner on a new FlagSet
@@ -54,6 +61,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	c.featureGates = featureGates{}
 	fs.Var(c.featureGates, "feature-gates", featureGatesUsage())
+	c.podName, c.podNamespace = os.Getenv("POD_NAME"), os.Getenv("NAMESPACE")
 	fs.DurationVar(&p.Timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
 	fs.DurationVar(&c.probeTimeout, "probe-timeout", time.Second, "Timeout of one driver Probe at start-up.")
 	fs.IntVar(&c.controller.WorkerThreads, "worker-threads", 100, "Claims and volumes processed at once.")
@@ -74,7 +82,8 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.BoolVar(&c.enableCapacity, "enable-capacity", false, "Publish CSIStorageCapacity objects per (segment, delayed-binding class of the driver).")
 	fs.DurationVar(&c.capacity.PollInterval, "capacity-poll-interval", time.Minute, "Refresh every capacity object this often (touched segments at once).")
 	fs.StringVar(&c.capacity.Namespace, "capacity-namespace", os.Getenv("NAMESPACE"), "Namespace of the CSIStorageCapacity objects (default: $NAMESPACE, else \"default\").")
-	fs.StringVar(&c.capacityOwner, "capacity-owner-deployment", "", "Deployment (in --capacity-namespace) that owns the capacity objects; empty: no owner.")
+	fs.StringVar(&c.capacityOwner, "capacity-owner-deployment", "", "Deployment (in --capacity-namespace) that owns the capacity objects; excludes --capacity-ownerref-level.")
+	fs.IntVar(&c.capacityOwnerLevel, "capacity-ownerref-level", 1, "Owner of the capacity objects, as upstream: the object this many levels up from the pod $POD_NAME in $NAMESPACE (0 the pod, 1 its ReplicaSet or StatefulSet, 2 a Deployment, -1 no owner). Without $POD_NAME and without the flag: no owner.")
 	fs.Float64Var(&c.capacityQPS, "capacity-qps", 5, "QPS of the capacity publisher's own API client.")
 	fs.IntVar(&c.capacityBurst, "capacity-burst", 10, "Burst of the capacity publisher's own API client.")
 	fs.Float64Var(&c.capacityQPS, "kube-api-capacity-qps", 5, "Upstream's name of --capacity-qps (upstream's default is 1).")
@@ -111,6 +120,9 @@ func parseArgs(args []string, output io.Writer) (config, *logging.Options, error
 	if err := checkUpstreamFlags(fs); err != nil {
 		return c, nil, err
 	}
+	fs.Visit(func(f *flag.Flag) {
+		c.capacityOwnerLevelSet = c.capacityOwnerLevelSet || f.Name == "capacity-ownerref-level"
+	})
 	return c, logOpts, c.validate()
 }
 
@@ -128,7 +140,36 @@ func (c config) validate() error {
 	if c.controller.WorkerThreads <= 0 {
 		return errors.New("--worker-threads must be positive")
 	}
+	if c.enableCapacity {
+		if _, err := c.ownerLevel(); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// ownerLevel says how many levels up from the pod the owner of capacity
+// objects is looked up; -1: no lookup (--capacity-owner-deployment, or no
+// owner). Without --capacity-ownerref-level it is upstream's default 1 when
+// the pod's name and namespace are known.
+func (c config) ownerLevel() (int, error) {
+	switch {
+	case c.capacityOwner != "" && c.capacityOwnerLevelSet:
+		return -1, errors.New("only one of --capacity-owner-deployment and --capacity-ownerref-level can be set")
+	case c.capacityOwner != "":
+		return -1, nil
+	case !c.capacityOwnerLevelSet && (c.podName == "" || c.podNamespace == ""):
+		return -1, nil
+	case c.capacityOwnerLevel < -1:
+		return -1, fmt.Errorf("--capacity-ownerref-level=%d: -1 (no owner) is the smallest level", c.capacityOwnerLevel)
+	case c.capacityOwnerLevel == -1:
+		return -1, nil
+	case c.podName == "" || c.podNamespace == "":
+		return -1, fmt.Errorf("--capacity-ownerref-level=%d needs the POD_NAME and NAMESPACE environment variables (the pod's name and namespace)", c.capacityOwnerLevel)
+	case c.podNamespace != c.capacity.Namespace:
+		return -1, fmt.Errorf("--capacity-ownerref-level=%d: the owner lives in namespace %q ($NAMESPACE), not in --capacity-namespace %q", c.capacityOwnerLevel, c.podNamespace, c.capacity.Namespace)
+	}
+	return c.capacityOwnerLevel, nil
 }
 
 // httpAddress is where the HTTP server listens; empty: no server.

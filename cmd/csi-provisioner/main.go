@@ -20,9 +20,11 @@ import (
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/owner"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
@@ -81,7 +83,11 @@ func writeTerminationMessage(err error) {
 func run(ctx context.Context, cfg config) error {
 	// The kubeconfig first: a bad one is reported at once, not after the
 	// driver answered.
-	clients, err := newClients(cfg)
+	restCfg, err := kubeclient.RESTConfig(cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	clients, err := newClients(cfg, restCfg)
 	if err != nil {
 		return err
 	}
@@ -107,7 +113,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 	cc := cfg.controller
 	if cfg.enableCapacity {
-		if cc.Capacity, err = capacityConfig(ctx, cfg, info, clients.Work); err != nil {
+		if cc.Capacity, err = capacityConfig(ctx, cfg, info, clients.Work, restCfg); err != nil {
 			return err
 		}
 	}
@@ -127,14 +133,12 @@ func run(ctx context.Context, cfg config) error {
 	return runUntilFirstError(ctx, ctrl.Run, monitor.Run)
 }
 
-// newClients loads the kubeconfig (or the in-cluster configuration) and
-// builds the API clients, each with its own rate limit.
-func newClients(cfg config) (provisioner.Clients, error) {
-	restCfg, err := kubeclient.RESTConfig(cfg.kubeconfig)
-	if err != nil {
-		return provisioner.Clients{}, err
-	}
-	var c provisioner.Clients
+// newClients builds the API clients, each with its own rate limit.
+func newClients(cfg config, restCfg *rest.Config) (provisioner.Clients, error) {
+	var (
+		c   provisioner.Clients
+		err error
+	)
 	if c.Work, err = kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner/"+version); err != nil {
 		return c, err
 	}
@@ -150,9 +154,10 @@ func newClients(cfg config) (provisioner.Clients, error) {
 	return c, err
 }
 
-// capacityConfig checks that the driver can report capacity and reads the
-// owner Deployment of the capacity objects.
-func capacityConfig(ctx context.Context, cfg config, info provisioner.DriverInfo, client kubernetes.Interface) (*provisioner.CapacityConfig, error) {
+// capacityConfig checks that the driver can report capacity and finds the
+// owner of the capacity objects: the Deployment --capacity-owner-deployment
+// names, or the object --capacity-ownerref-level levels up from the pod.
+func capacityConfig(ctx context.Context, cfg config, info provisioner.DriverInfo, client kubernetes.Interface, restCfg *rest.Config) (*provisioner.CapacityConfig, error) {
 	if !info.SupportsCapacity {
 		return nil, fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
 	}
@@ -164,6 +169,18 @@ func capacityConfig(ctx context.Context, cfg config, info provisioner.DriverInfo
 		}
 		capCfg.Owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID}
 	}
+	level, err := cfg.ownerLevel()
+	if err != nil || level < 0 {
+		return &capCfg, err
+	}
+	get, err := owner.NewMetadataGetter(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	if capCfg.Owner, err = owner.Lookup(ctx, get, cfg.podNamespace, cfg.podName, level); err != nil {
+		return nil, fmt.Errorf("--capacity-ownerref-level=%d: %w", level, err)
+	}
+	klog.FromContext(ctx).Info("Owner of capacity objects", "kind", capCfg.Owner.Kind, "name", capCfg.Owner.Name)
 	return &capCfg, nil
 }
 

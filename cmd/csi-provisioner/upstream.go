@@ -78,8 +78,8 @@ var upstreamFlags = []upstreamFlag{
 	{name: "capacity-for-immediate-binding", upstreamDefault: "false", status: compatDefaultOnly,
 		note: "capacity is published for delayed-binding classes only, the ones the scheduler reads it for"},
 	{name: "capacity-poll-interval", upstreamDefault: "1m0s", status: compatSame},
-	{name: "capacity-ownerref-level", upstreamDefault: "1", status: compatDefaultOnly,
-		note: "owners are not looked up from POD_NAME; name the owner with --capacity-owner-deployment (at the default, capacity objects get no owner unless that flag is set, where upstream makes the pod's ReplicaSet the owner)"},
+	{name: "capacity-ownerref-level", upstreamDefault: "1", status: compatDiffers,
+		note: "as upstream when POD_NAME and NAMESPACE are set; without them and without the flag, capacity objects get no owner (upstream refuses to start), and --capacity-owner-deployment names the owner instead"},
 	{name: "node-deployment", upstreamDefault: "false", status: compatDefaultOnly,
 		note: "running one provisioner per node for node-local volumes is not implemented; deploy csi-provisioner once per cluster"},
 	{name: "node-deployment-immediate-binding", upstreamDefault: "true", status: compatIgnored,
@@ -145,7 +145,6 @@ func addUpstreamOnlyFlags(fs *flag.FlagSet) {
 	fs.Duration("snapshot-orphan-sweep-interval", defaultSnapshotSweep, compat("snapshot-orphan-sweep-interval"))
 	fs.Uint("capacity-threads", 1, compat("capacity-threads"))
 	fs.Bool("capacity-for-immediate-binding", false, compat("capacity-for-immediate-binding"))
-	fs.Int("capacity-ownerref-level", 1, compat("capacity-ownerref-level"))
 	fs.Bool("node-deployment", false, compat("node-deployment"))
 	fs.Bool("node-deployment-immediate-binding", true, compat("node-deployment-immediate-binding"))
 	fs.Duration("node-deployment-base-delay", defaultNodeBaseDelay, compat("node-deployment-base-delay"))

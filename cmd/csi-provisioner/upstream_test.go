@@ -65,8 +65,6 @@ func TestUpstreamOnlyFlagValues(t *testing.T) {
 		{name: "node deployment tuning", args: []string{"--node-deployment-immediate-binding=false", "--node-deployment-base-delay=1s", "--node-deployment-max-delay=2m"}},
 		{name: "master", args: []string{"--master=https://10.0.0.1:6443"}, wantErr: "--master=https://10.0.0.1:6443 is not supported: "},
 		{name: "capacity for immediate binding", args: []string{"--capacity-for-immediate-binding"}, wantErr: "--capacity-for-immediate-binding=true is not supported: "},
-		{name: "capacity owner level", args: []string{"--capacity-ownerref-level=2"}, wantErr: "--capacity-ownerref-level=2 is not supported: "},
-		{name: "capacity owner level at its default", args: []string{"--capacity-ownerref-level=1"}},
 		{name: "leader election labels", args: []string{"--leader-election-labels=a:b"}, wantErr: "--leader-election-labels=a:b is not supported: "},
 		{name: "thread counts", args: []string{"--cloning-protection-threads=4", "--capacity-threads=2", "--worker-threads=10"}},
 		{name: "negative thread count", args: []string{"--cloning-protection-threads=-1"}, wantErr: "invalid value"},
@@ -127,8 +125,8 @@ type sampleArgs struct {
 	Env    map[string]string `json:"env"`
 }
 
-// The args of upstream's sample Deployments parse without a flag error,
-// except where upstream's sample uses a flag csi-provisioner refuses.
+// The args of upstream's sample Deployments parse without a flag error, in
+// their pod's environment. (None uses a flag csi-provisioner refuses.)
 func TestUpstreamSampleArgs(t *testing.T) {
 	data, err := os.ReadFile("testdata/upstream-v6.3.0-args.yaml")
 	if err != nil {
@@ -138,20 +136,17 @@ func TestUpstreamSampleArgs(t *testing.T) {
 	if err := yaml.UnmarshalStrict(data, &samples); err != nil {
 		t.Fatal(err)
 	}
-	// storage-capacity.yaml makes the pod's Deployment (two levels up)
-	// the owner of capacity objects; here that takes
-	// --capacity-owner-deployment.
-	wantErr := map[string]string{
-		"deploy/kubernetes/storage-capacity.yaml": "--capacity-ownerref-level=2 is not supported",
-	}
 	for _, s := range samples {
 		t.Run(s.Source, func(t *testing.T) {
+			for _, k := range []string{"POD_NAME", "NAMESPACE"} {
+				t.Setenv(k, s.Env[k])
+			}
 			args := make([]string, 0, len(s.Args))
 			for _, a := range s.Args {
 				args = append(args, expandEnv(a, s.Env))
 			}
 			_, _, err := parseArgs(args, io.Discard)
-			checkErr(t, err, wantErr[s.Source])
+			checkErr(t, err, "")
 		})
 	}
 }
@@ -185,5 +180,43 @@ func checkErr(t *testing.T, err error, want string) {
 	}
 	if strings.Contains(err.Error(), "\n") {
 		t.Errorf("error has more than one line: %q", err)
+	}
+}
+
+// The owner of capacity objects: --capacity-owner-deployment, or
+// --capacity-ownerref-level levels up from the pod, upstream's default 1
+// when the pod is known.
+func TestOwnerLevel(t *testing.T) {
+	pod := config{podName: "p", podNamespace: "ns", capacityOwnerLevel: 1}
+	pod.capacity.Namespace = "ns"
+	with := func(f func(*config)) config { c := pod; f(&c); return c }
+	tests := []struct {
+		name    string
+		cfg     config
+		want    int
+		wantErr string
+	}{
+		{name: "upstream's default with a known pod", cfg: pod, want: 1},
+		{name: "no pod, no flag", cfg: with(func(c *config) { c.podName = "" }), want: -1},
+		{name: "level given", cfg: with(func(c *config) { c.capacityOwnerLevel, c.capacityOwnerLevelSet = 2, true }), want: 2},
+		{name: "no owner", cfg: with(func(c *config) { c.capacityOwnerLevel, c.capacityOwnerLevelSet = -1, true }), want: -1},
+		{name: "level given, no pod", cfg: with(func(c *config) { c.podName, c.capacityOwnerLevelSet = "", true }),
+			wantErr: "--capacity-ownerref-level=1 needs the POD_NAME and NAMESPACE environment variables"},
+		{name: "owner deployment", cfg: with(func(c *config) { c.capacityOwner = "d" }), want: -1},
+		{name: "both", cfg: with(func(c *config) { c.capacityOwner, c.capacityOwnerLevelSet = "d", true }),
+			wantErr: "only one of --capacity-owner-deployment and --capacity-ownerref-level can be set"},
+		{name: "below -1", cfg: with(func(c *config) { c.capacityOwnerLevel, c.capacityOwnerLevelSet = -2, true }),
+			wantErr: "-1 (no owner) is the smallest level"},
+		{name: "objects in another namespace", cfg: with(func(c *config) { c.capacity.Namespace = "other" }),
+			wantErr: `the owner lives in namespace "ns" ($NAMESPACE), not in --capacity-namespace "other"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.cfg.ownerLevel()
+			checkErr(t, err, tc.wantErr)
+			if err == nil && got != tc.want {
+				t.Errorf("ownerLevel = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }
