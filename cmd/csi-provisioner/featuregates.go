@@ -60,7 +60,7 @@ func (g featureGates) String() string {
 	return strings.Join(pairs, ",")
 }
 
-// Set implements flag.Value: it parses and checks every pair.
+// Set implements flag.Value: it parses every pair; validate checks them.
 func (g featureGates) Set(value string) error {
 	for pair := range strings.SplitSeq(value, ",") {
 		pair = strings.TrimSpace(pair)
@@ -75,11 +75,19 @@ func (g featureGates) Set(value string) error {
 		if err != nil {
 			return fmt.Errorf("invalid value of %s=%s: %w", k, v, err)
 		}
-		k = strings.TrimSpace(k)
-		if err := checkGate(k, enabled); err != nil {
+		g[strings.TrimSpace(k)] = enabled
+	}
+	return nil
+}
+
+// validate refuses unknown gates and values csi-provisioner cannot honour,
+// in one line naming the first such gate. It runs after parsing, so that
+// the refusal is not followed by the whole usage text.
+func (g featureGates) validate() error {
+	for _, k := range slices.Sorted(maps.Keys(g)) {
+		if err := checkGate(k, g[k]); err != nil {
 			return err
 		}
-		g[k] = enabled
 	}
 	return nil
 }

@@ -120,6 +120,9 @@ func parseArgs(args []string, output io.Writer) (config, *logging.Options, error
 	if err := checkUpstreamFlags(fs); err != nil {
 		return c, nil, err
 	}
+	if err := c.featureGates.validate(); err != nil {
+		return c, nil, fmt.Errorf("--feature-gates: %w", err)
+	}
 	fs.Visit(func(f *flag.Flag) {
 		c.capacityOwnerLevelSet = c.capacityOwnerLevelSet || f.Name == "capacity-ownerref-level"
 	})
