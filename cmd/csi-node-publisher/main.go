@@ -23,6 +23,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 )
 
@@ -37,6 +38,7 @@ type config struct {
 	kubeAPIQPS   float64
 	kubeAPIBurst int
 	httpEndpoint string
+	enablePprof  bool
 	showVersion  bool
 	publisher    limits.PublisherConfig
 }
@@ -54,6 +56,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /healthz and /metrics; empty disables it.")
 	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 5, "QPS of the API client.")
 	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 10, "Burst of the API client.")
+	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "Serve Go profiling (net/http/pprof) under /debug/pprof/ on --http-endpoint.")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -113,7 +116,11 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("listening on --http-endpoint: %w", err)
 		}
-		srv := serveHTTP(ctx, lis, httpHandler(health.check, reg))
+		mux := httpHandler(health.check, reg)
+		if cfg.enablePprof {
+			profiling.Register(mux)
+		}
+		srv := serveHTTP(ctx, lis, mux)
 		defer srv.Close()
 	}
 	conn, err := connection.Connect(ctx, cfg.csiAddress, nil)
@@ -153,7 +160,7 @@ func (h *publisherHealth) check() error {
 
 // httpHandler serves /healthz (503 with the reason while healthy returns an
 // error) and /metrics of reg.
-func httpHandler(healthy func() error, reg metrics.KubeRegistry) http.Handler {
+func httpHandler(healthy func() error, reg metrics.KubeRegistry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.HandlerFor(reg, metrics.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -12,6 +12,10 @@ import (
 //
 //   - /livez: 200 while the process serves HTTP. The liveness probe: a
 //     driver outage is not cured by restarting csi-provisioner.
+//   - /healthz/leader-election: the same as /livez, at the path of upstream
+//     external-provisioner's liveness probe (its sample Deployment probes
+//     it). Upstream fails it when the leader stopped renewing its Lease;
+//     csi-provisioner exits then instead.
 //   - /healthz: 200 while the driver is connected and answers Probe
 //     (ready); 503 with the reason otherwise.
 //   - /readyz: 200 while this replica provisions: the driver is connected
@@ -40,7 +44,9 @@ type healthSources struct {
 func (h *health) connected(s healthSources) { h.sources.Store(&s) }
 
 func (h *health) register(mux *http.ServeMux) {
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	alive := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+	mux.HandleFunc("/livez", alive)
+	mux.HandleFunc("/healthz/leader-election", alive)
 	mux.HandleFunc("/healthz", h.healthz)
 	mux.HandleFunc("/readyz", h.readyz)
 }

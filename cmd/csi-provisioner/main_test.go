@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -30,7 +31,9 @@ func TestValidateCSIAddress(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := config{csiAddress: tc.address, kubeAPIQPS: 1, kubeAPIBurst: 1}.validate()
+			cfg := config{csiAddress: tc.address, kubeAPIQPS: 1, kubeAPIBurst: 1}
+			cfg.controller.WorkerThreads = 1
+			err := cfg.validate()
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("validate: %v", err)
@@ -126,11 +129,41 @@ func TestHealthEndpoints(t *testing.T) {
 			}
 			mux := http.NewServeMux()
 			h.register(mux)
-			for path, want := range map[string]answer{"/livez": {200, "ok"}, "/healthz": tc.healthz, "/readyz": tc.readyz} {
+			for path, want := range map[string]answer{"/livez": {200, "ok"}, "/healthz/leader-election": {200, "ok"}, "/healthz": tc.healthz, "/readyz": tc.readyz} {
 				rec := httptest.NewRecorder()
 				mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 				if rec.Code != want.code || !strings.Contains(rec.Body.String(), want.body) {
 					t.Errorf("%s = %d %q, want %d with %q", path, rec.Code, rec.Body.String(), want.code, want.body)
+				}
+			}
+		})
+	}
+}
+
+// The HTTP endpoint serves metrics on --metrics-path and profiling only with
+// --enable-pprof, as upstream's does.
+func TestMux(t *testing.T) {
+	tests := []struct {
+		name     string
+		cfg      config
+		wantCode map[string]int
+	}{
+		{name: "defaults", cfg: config{metricsPath: "/metrics"},
+			wantCode: map[string]int{"/metrics": 200, "/debug/pprof/": 404, "/healthz/leader-election": 200}},
+		{name: "pprof", cfg: config{metricsPath: "/metrics", enablePprof: true},
+			wantCode: map[string]int{"/metrics": 200, "/debug/pprof/": 200, "/debug/pprof/cmdline": 200}},
+		{name: "metrics path", cfg: config{metricsPath: "/m"},
+			wantCode: map[string]int{"/m": 200, "/metrics": 404}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			mux := newMux(ctx, tc.cfg, metrics.NewCSIMetricsManagerForSidecar(""), &health{address: "/csi.sock"})
+			for path, want := range tc.wantCode {
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != want {
+					t.Errorf("GET %s = %d, want %d", path, rec.Code, want)
 				}
 			}
 		})

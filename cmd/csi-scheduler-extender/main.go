@@ -21,6 +21,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler/extender"
 )
@@ -33,6 +34,7 @@ type config struct {
 	kubeconfig   string
 	listen       string
 	httpEndpoint string
+	enablePprof  bool
 	tlsCert      string
 	tlsKey       string
 	clientCA     string
@@ -61,6 +63,7 @@ func parseFlags(args []string) (config, error) {
 		"Weight of the free capacity left in the node's segment in the node score.")
 	fs.Int64Var(&c.weights.VolumeHeadroom, "volume-headroom-weight", scheduler.DefaultScoreWeights().VolumeHeadroom,
 		"Weight of the attach slots left on the node in the node score.")
+	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "Serve Go profiling (net/http/pprof) under /debug/pprof/ on --http-endpoint (never on --listen).")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -193,6 +196,9 @@ func run(ctx context.Context, cfg config) error {
 		// Prometheus cannot present one to --listen with --client-ca-file.
 		plain := http.NewServeMux()
 		registerHealthAndMetrics(plain, reg)
+		if cfg.enablePprof {
+			profiling.Register(plain)
+		}
 		hsrv := &http.Server{Addr: cfg.httpEndpoint, Handler: plain, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, hsrv)
 		go func() {

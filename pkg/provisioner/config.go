@@ -28,6 +28,12 @@ type Config struct {
 	// ExtraCreateMetadata adds the PVC name and namespace and the PV name to
 	// CreateVolume parameters.
 	ExtraCreateMetadata bool
+	// ControllerPublishReadOnly marks a PV read-only (spec.csi.readOnly), so
+	// that ControllerPublishVolume is called with readonly set, when its
+	// claim's only access mode is ReadOnlyMany (the CreateVolume request's
+	// single capability is MULTI_NODE_READER_ONLY), as upstream
+	// external-provisioner's --controller-publish-readonly does.
+	ControllerPublishReadOnly bool
 	// DefaultFSType is the filesystem type used when the class does not set
 	// csi.storage.k8s.io/fstype. Empty means none.
 	DefaultFSType string

@@ -39,6 +39,7 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 		VolumeHandle:     vol.GetVolumeId(),
 		VolumeAttributes: vol.GetVolumeContext(),
 		FSType:           req.fsType,
+		ReadOnly:         p.cfg.ControllerPublishReadOnly && readerOnly(req.csi.GetVolumeCapabilities()),
 	}
 	source.ControllerPublishSecretRef = req.secrets[secretControllerPublish]
 	source.NodeStageSecretRef = req.secrets[secretNodeStage]
@@ -69,6 +70,12 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 		}
 	}
 	return pv, nil
+}
+
+// readerOnly reports whether caps is exactly one capability whose access
+// mode is MULTI_NODE_READER_ONLY (a claim asking for ReadOnlyMany only).
+func readerOnly(caps []*csi.VolumeCapability) bool {
+	return len(caps) == 1 && caps[0].GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
 }
 
 // describeRequirements says in an operator's words how the requirements of

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+)
+
+// config is everything csi-provisioner's flags say.
+type config struct {
+	csiAddress   string
+	kubeconfig   string
+	kubeAPIQPS   float64
+	kubeAPIBurst int
+	// httpEndpoint and metricsAddress (upstream's deprecated name) are the
+	// same server; at most one is set.
+	httpEndpoint   string
+	metricsAddress string
+	metricsPath    string
+	enablePprof    bool
+	showVersion    bool
+	controller     provisioner.ControllerConfig
+	probeTimeout   time.Duration
+	featureGates   featureGates
+
+	enableCapacity bool
+	capacity       provisioner.CapacityConfig
+	capacityOwner  string
+	// capacityOwnerLevel is --capacity-ownerref-level; capacityOwnerLevelSet
+	// says whether it was given.
+	capacityOwnerLevel    int
+	capacityOwnerLevelSet bool
+	// podName and podNamespace are $POD_NAME and $NAMESPACE, where the
+	// owner lookup of capacity objects starts.
+	podName, podNamespace string
+	capacityQPS           float64
+	capacityBurst         int
+}
+
+// newFlagSet registers every flag of csi-provisioner on a new FlagSet
+// that fills c: its own, and those of upstream external-provisioner that it
+// accepts (upstreamFlags).
+func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
+	fs := flag.NewFlagSet("csi-provisioner", flag.ContinueOnError)
+	logOpts := logging.AddFlags(fs)
+	p := &c.controller.Provisioner
+	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "The CSI driver's controller socket: an absolute path or unix:///absolute/path. Waited for until it accepts connections.")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
+	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 20, "QPS of the API client (Events have a budget of their own of the same size).")
+	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 40, "Burst of the API client.")
+	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /metrics, /livez (the process runs), /healthz/leader-election (the same, upstream's liveness path), /healthz (the driver is connected and ready) and /readyz (the driver is connected and this replica leads); empty disables it.")
+	fs.StringVar(&c.metricsAddress, "metrics-address", "", "Deprecated (as upstream): the same as --http-endpoint; only one of the two may be set.")
+	fs.StringVar(&c.metricsPath, "metrics-path", "/metrics", "HTTP path of the metrics on --http-endpoint.")
+	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "Serve Go profiling (net/http/pprof) under /debug/pprof/ on --http-endpoint.")
+	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
+	c.featureGates = featureGates{}
+	fs.Var(c.featureGates, "feature-gates", featureGatesUsage())
+	c.podName, c.podNamespace = os.Getenv("POD_NAME"), os.Getenv("NAMESPACE")
+	fs.DurationVar(&p.Timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
+	fs.DurationVar(&c.probeTimeout, "probe-timeout", time.Second, "Timeout of one driver Probe at start-up.")
+	fs.IntVar(&c.controller.WorkerThreads, "worker-threads", 100, "Claims and volumes processed at once.")
+	fs.DurationVar(&c.controller.RetryIntervalStart, "retry-interval-start", time.Second, "First retry interval of a failed provision or delete; doubles on each failure.")
+	fs.DurationVar(&c.controller.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Largest retry interval of a failed provision or delete.")
+	fs.BoolVar(&p.StrictTopology, "strict-topology", false, "Delayed binding: requisite and preferred topology are exactly the selected node's segment.")
+	fs.BoolVar(&p.ImmediateTopology, "immediate-topology", true, "Immediate binding without allowedTopologies: send all known segments as requisite topology.")
+	fs.BoolVar(&p.ExtraCreateMetadata, "extra-create-metadata", false, "Add PVC name/namespace and PV name to CreateVolume parameters.")
+	fs.BoolVar(&p.ControllerPublishReadOnly, "controller-publish-readonly", false, "Mark the PV read-only (spec.csi.readOnly) when the claim's only access mode is ReadOnlyMany, so that ControllerPublishVolume is called read-only.")
+	fs.StringVar(&p.DefaultFSType, "default-fstype", "", "Filesystem type when the class sets none.")
+	fs.StringVar(&p.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix of CSI volume names.")
+	fs.IntVar(&p.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncate the PVC UID in volume names to this length; -1 keeps it whole.")
+	fs.BoolVar(&c.controller.LeaderElection, "leader-election", false, "Provision only while holding a leader-election Lease.")
+	fs.StringVar(&c.controller.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the pod's namespace).")
+	fs.DurationVar(&c.controller.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "Leader-election lease duration.")
+	fs.DurationVar(&c.controller.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "Leader-election renew deadline.")
+	fs.DurationVar(&c.controller.RetryPeriod, "leader-election-retry-period", 5*time.Second, "Leader-election retry period.")
+	fs.BoolVar(&c.enableCapacity, "enable-capacity", false, "Publish CSIStorageCapacity objects per (segment, delayed-binding class of the driver).")
+	fs.DurationVar(&c.capacity.PollInterval, "capacity-poll-interval", time.Minute, "Refresh every capacity object this often (touched segments at once).")
+	fs.StringVar(&c.capacity.Namespace, "capacity-namespace", os.Getenv("NAMESPACE"), "Namespace of the CSIStorageCapacity objects (default: $NAMESPACE, else \"default\").")
+	fs.StringVar(&c.capacityOwner, "capacity-owner-deployment", "", "Deployment (in --capacity-namespace) that owns the capacity objects; excludes --capacity-ownerref-level.")
+	fs.IntVar(&c.capacityOwnerLevel, "capacity-ownerref-level", 1, "Owner of the capacity objects, as upstream: the object this many levels up from the pod $POD_NAME in $NAMESPACE (0 the pod, 1 its ReplicaSet or StatefulSet, 2 a Deployment, -1 no owner). Without $POD_NAME and without the flag: no owner.")
+	fs.Float64Var(&c.capacityQPS, "capacity-qps", 5, "QPS of the capacity publisher's own API client.")
+	fs.IntVar(&c.capacityBurst, "capacity-burst", 10, "Burst of the capacity publisher's own API client.")
+	fs.Float64Var(&c.capacityQPS, "kube-api-capacity-qps", 5, "Upstream's name of --capacity-qps (upstream's default is 1).")
+	fs.IntVar(&c.capacityBurst, "kube-api-capacity-burst", 10, "Upstream's name of --capacity-burst (upstream's default is 5).")
+	addUpstreamOnlyFlags(fs)
+	return fs, logOpts
+}
+
+// parseFlags parses args into a config, refuses what csi-provisioner
+// cannot honour, and configures logging (once per process).
+func parseFlags(args []string) (config, error) {
+	c, logOpts, err := parseArgs(args, os.Stderr)
+	if err != nil {
+		return c, err
+	}
+	return c, logOpts.Apply()
+}
+
+// parseArgs is parseFlags without configuring logging; usage and parse
+// errors are written to output.
+func parseArgs(args []string, output io.Writer) (config, *logging.Options, error) {
+	var c config
+	fs, logOpts := newFlagSet(&c)
+	fs.SetOutput(output)
+	if err := fs.Parse(args); err != nil {
+		return c, nil, err
+	}
+	if c.capacity.Namespace == "" {
+		c.capacity.Namespace = "default"
+	}
+	if fs.NArg() > 0 {
+		return c, nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if err := checkUpstreamFlags(fs); err != nil {
+		return c, nil, err
+	}
+	if err := c.featureGates.validate(); err != nil {
+		return c, nil, fmt.Errorf("--feature-gates: %w", err)
+	}
+	fs.Visit(func(f *flag.Flag) {
+		c.capacityOwnerLevelSet = c.capacityOwnerLevelSet || f.Name == "capacity-ownerref-level"
+	})
+	return c, logOpts, c.validate()
+}
+
+// validate checks what parseFlags can check without I/O.
+func (c config) validate() error {
+	if _, err := provisioner.SocketPath(c.csiAddress); err != nil {
+		return fmt.Errorf("--csi-address: %w", err)
+	}
+	if c.kubeAPIQPS <= 0 || c.kubeAPIBurst <= 0 {
+		return errors.New("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	if c.httpEndpoint != "" && c.metricsAddress != "" {
+		return errors.New("only one of --metrics-address and --http-endpoint can be set")
+	}
+	if c.controller.WorkerThreads <= 0 {
+		return errors.New("--worker-threads must be positive")
+	}
+	if c.enableCapacity {
+		if _, err := c.ownerLevel(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownerLevel says how many levels up from the pod the owner of capacity
+// objects is looked up; -1: no lookup (--capacity-owner-deployment, or no
+// owner). Without --capacity-ownerref-level it is upstream's default 1 when
+// the pod's name and namespace are known.
+func (c config) ownerLevel() (int, error) {
+	switch {
+	case c.capacityOwner != "" && c.capacityOwnerLevelSet:
+		return -1, errors.New("only one of --capacity-owner-deployment and --capacity-ownerref-level can be set")
+	case c.capacityOwner != "":
+		return -1, nil
+	case !c.capacityOwnerLevelSet && (c.podName == "" || c.podNamespace == ""):
+		return -1, nil
+	case c.capacityOwnerLevel < -1:
+		return -1, fmt.Errorf("--capacity-ownerref-level=%d: -1 (no owner) is the smallest level", c.capacityOwnerLevel)
+	case c.capacityOwnerLevel == -1:
+		return -1, nil
+	case c.podName == "" || c.podNamespace == "":
+		return -1, fmt.Errorf("--capacity-ownerref-level=%d needs the POD_NAME and NAMESPACE environment variables (the pod's name and namespace)", c.capacityOwnerLevel)
+	case c.podNamespace != c.capacity.Namespace:
+		return -1, fmt.Errorf("--capacity-ownerref-level=%d: the owner lives in namespace %q ($NAMESPACE), not in --capacity-namespace %q", c.capacityOwnerLevel, c.podNamespace, c.capacity.Namespace)
+	}
+	return c.capacityOwnerLevel, nil
+}
+
+// httpAddress is where the HTTP server listens; empty: no server.
+func (c config) httpAddress() string {
+	if c.metricsAddress != "" {
+		return c.metricsAddress
+	}
+	return c.httpEndpoint
+}

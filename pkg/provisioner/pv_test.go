@@ -1,0 +1,55 @@
+package provisioner
+
+import (
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+)
+
+// With --controller-publish-readonly a PV is read-only exactly when its
+// claim asked for ReadOnlyMany only (one MULTI_NODE_READER_ONLY capability),
+// as upstream external-provisioner marks it.
+func TestBuildPVControllerPublishReadOnly(t *testing.T) {
+	const (
+		rox = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+		rwo = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	)
+	tests := []struct {
+		name         string
+		flag         bool
+		modes        []csi.VolumeCapability_AccessMode_Mode
+		wantReadOnly bool
+	}{
+		{name: "flag on, ReadOnlyMany only", flag: true, modes: []csi.VolumeCapability_AccessMode_Mode{rox}, wantReadOnly: true},
+		{name: "flag off, ReadOnlyMany only", modes: []csi.VolumeCapability_AccessMode_Mode{rox}},
+		{name: "flag on, ReadWriteOnce", flag: true, modes: []csi.VolumeCapability_AccessMode_Mode{rwo}},
+		{name: "flag on, two capabilities", flag: true, modes: []csi.VolumeCapability_AccessMode_Mode{rox, rwo}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Provisioner{cfg: Config{DriverName: "d", ControllerPublishReadOnly: tc.flag}}
+			req := &createRequest{csi: &csi.CreateVolumeRequest{Name: "pvc-1"}}
+			for _, m := range tc.modes {
+				req.csi.VolumeCapabilities = append(req.csi.VolumeCapabilities,
+					&csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: m}})
+			}
+			opts := controller.ProvisionOptions{
+				PVName:       "pvc-1",
+				StorageClass: &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}},
+				PVC:          &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}},
+			}
+			resp := &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "v1", CapacityBytes: 1 << 20}}
+			pv, err := p.buildPV(opts, req, resp)
+			if err != nil {
+				t.Fatalf("buildPV: %v", err)
+			}
+			if got := pv.Spec.CSI.ReadOnly; got != tc.wantReadOnly {
+				t.Errorf("spec.csi.readOnly = %t, want %t", got, tc.wantReadOnly)
+			}
+		})
+	}
+}
