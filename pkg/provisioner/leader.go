@@ -20,15 +20,23 @@ var errLostLeadership = errors.New("lost the leader-election lease")
 
 const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// leaseName returns the Lease name for a driver: its name with every
-// character that is not a lower-case letter, digit or '-' replaced by '-'.
+// leaseName returns the Lease name for a driver, the one upstream
+// external-provisioner uses, so that replicas of either image elect one
+// leader between them (during a rolling update from one to the other, only
+// one provisions): the driver name with every character that is not a
+// letter, digit or '-' replaced by '-', and an 'X' appended when it would
+// end in '-'. "mock.csi.example.com" gives "mock-csi-example-com".
 func leaseName(driver string) string {
-	return strings.Map(func(r rune) rune {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' {
+	name := strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') || r == '-' {
 			return r
 		}
 		return '-'
-	}, strings.ToLower(driver)) + "-provisioner"
+	}, driver)
+	if strings.HasSuffix(name, "-") {
+		name += "X"
+	}
+	return name
 }
 
 func leaseNamespace(configured string) string {

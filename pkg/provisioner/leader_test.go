@@ -35,7 +35,7 @@ func TestRunLeaderElected(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("never became leader")
 	}
-	lease, err := client.CoordinationV1().Leases("csi").Get(ctx, "mock-csi-example-com-provisioner", metav1.GetOptions{})
+	lease, err := client.CoordinationV1().Leases("csi").Get(ctx, "mock-csi-example-com", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		t.Fatalf("lease %+v, %v: want one held", lease, err)
 	}
@@ -43,7 +43,7 @@ func TestRunLeaderElected(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("shutdown: %v, want a clean return", err)
 	}
-	lease, err = client.CoordinationV1().Leases("csi").Get(context.WithoutCancel(ctx), "mock-csi-example-com-provisioner", metav1.GetOptions{})
+	lease, err = client.CoordinationV1().Leases("csi").Get(context.WithoutCancel(ctx), "mock-csi-example-com", metav1.GetOptions{})
 	if err != nil || (lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "") {
 		t.Errorf("lease after shutdown held by %v (%v), want released", lease.Spec.HolderIdentity, err)
 	}
