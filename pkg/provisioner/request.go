@@ -81,6 +81,11 @@ func checkClaim(claim *v1.PersistentVolumeClaim) error {
 	if claim.Spec.DataSource != nil || claim.Spec.DataSourceRef != nil {
 		return fmt.Errorf("%w: volume data sources (snapshots, clones, populators) are not supported", ErrInvalidClaim)
 	}
+	if vac := claim.Spec.VolumeAttributesClassName; vac != nil && *vac != "" {
+		// Provisioning without the class's parameters would give the user a
+		// volume other than the one asked for: refuse until it is supported.
+		return fmt.Errorf("%w: VolumeAttributesClass %q is not supported by this csi-provisioner yet; the volume would be made without its parameters, so none is made", ErrInvalidClaim, *vac)
+	}
 	return nil
 }
 

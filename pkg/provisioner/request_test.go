@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -59,6 +61,32 @@ func TestCapacityRange(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Errorf("range (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCheckClaim(t *testing.T) {
+	empty, gold := "", "gold"
+	tests := []struct {
+		name    string
+		spec    v1.PersistentVolumeClaimSpec
+		wantErr string
+	}{
+		{name: "plain claim"},
+		{name: "empty VolumeAttributesClass name", spec: v1.PersistentVolumeClaimSpec{VolumeAttributesClassName: &empty}},
+		{name: "label selector", spec: v1.PersistentVolumeClaimSpec{Selector: &metav1.LabelSelector{}}, wantErr: "label selector"},
+		{name: "data source", spec: v1.PersistentVolumeClaimSpec{DataSource: &v1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}}, wantErr: "data sources"},
+		{name: "VolumeAttributesClass", spec: v1.PersistentVolumeClaimSpec{VolumeAttributesClassName: &gold}, wantErr: `VolumeAttributesClass "gold" is not supported`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkClaim(&v1.PersistentVolumeClaim{Spec: tc.spec})
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (!errors.Is(err, ErrInvalidClaim) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want ErrInvalidClaim saying %q", err, tc.wantErr)
 			}
 		})
 	}
