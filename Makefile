@@ -16,7 +16,7 @@ export CGO_ENABLED := 0
 # 30 s (test/cmd/progress).
 PROGRESS  := .cache/tools/progress
 
-.PHONY: all build test unit lint run clean image controlplane
+.PHONY: all build test unit lint run clean image controlplane fuzz
 
 all: build
 
@@ -56,6 +56,18 @@ test: $(PROGRESS)
 	@$(PROGRESS) -label "go vet" -- $(GO) vet ./...
 	@echo "==> [6/6] go test (one control plane per e2e package; full log in .test-output.log)"
 	@$(PROGRESS) -label "go test" -test -log .test-output.log -every 60s -- $(GO) test -json -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+
+## fuzz: run every fuzz target for FUZZTIME each (make test runs only their seeds); a failure leaves its
+## input in the package's testdata/fuzz/, to be checked in as a seed once fixed
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' pkg mock-driver cmd internal 2>/dev/null | xargs -n1 dirname | sort -u); do \
+	  for target in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "==> $$target (./$$pkg, $(FUZZTIME))"; \
+	    out=$$($(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./$$pkg 2>&1) || { echo "$$out"; exit 1; }; \
+	    echo "$$out" | tail -n 1; \
+	  done; \
+	done
 
 ## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
 ## or SIGTERM to make, stops it and cleans up. make execs the program (no
