@@ -125,6 +125,9 @@ func nodeTopologyFromFile(path, node string) (string, error) {
 	}
 	parts := make([]string, 0, len(seg))
 	for k, v := range seg {
+		if k == "" || v == "" || strings.ContainsAny(k+v, ",=") {
+			return "", fmt.Errorf("%s: node %q: topology key %q and value %q must be non-empty and contain neither ',' nor '='", path, node, k, v)
+		}
 		parts = append(parts, k+"="+v)
 	}
 	sort.Strings(parts)

@@ -26,7 +26,7 @@ func TestParseFlags(t *testing.T) {
 	segYAML := write("segments.yaml", "segments:\n- topology: {zone: z1}\n  capacityBytes: 10737418240\n- topology:\n    zone: z2\nnodeLimits:\n  n1: 1\n")
 	segBad := write("bad.json", `{"segments":[{"topology":{"zone":"z1"},"size":1}]}`)
 	faultsYAML := write("faults.yaml", "- method: CreateVolume\n  code: ResourceExhausted\n  latency: 100ms\n  segment: {zone: z2}\n")
-	nodesYAML := write("nodes.yaml", "kind-worker: {zone: z1}\nkind-worker2: {zone: z2, topology.kubernetes.io/region: r}\n")
+	nodesYAML := write("nodes.yaml", "kind-worker: {zone: z1}\nkind-worker2: {zone: z2, topology.kubernetes.io/region: r}\nsneaky: {zone: 'z1,rack=r9'}\n")
 	faultsBad := write("faults-bad.json", `[{"method":"CreateVolumes"}]`)
 
 	wantSegments := []driver.SegmentConfig{
@@ -64,6 +64,7 @@ func TestParseFlags(t *testing.T) {
 				c.NodeTopology = map[string]string{driver.TopologyPrefix + "zone": "z2", "topology.kubernetes.io/region": "r"}
 			}),
 		},
+		{name: "topology file value with a comma", args: []string{"--mode=node", "--node-id=sneaky", "--node-topology-file=" + nodesYAML}, wantErr: true},
 		{name: "node missing from the topology file", args: []string{"--mode=node", "--node-id=other", "--node-topology-file=" + nodesYAML}, wantErr: true},
 		{name: "topology file and flag", args: []string{"--mode=node", "--node-id=kind-worker", "--node-topology=zone=z1", "--node-topology-file=" + nodesYAML}, wantErr: true},
 		{name: "topology file not a map", args: []string{"--mode=node", "--node-id=n1", "--node-topology-file=" + faultsYAML}, wantErr: true},
