@@ -9,6 +9,9 @@ LDFLAGS   = -s -w -X main.version=$(VERSION) -X k8s.io/component-base/version.gi
 BINARIES  := $(notdir $(wildcard cmd/*))
 GOTESTFLAGS ?=
 ARGS      ?=
+# make image / make push: platforms, and where push sends the images.
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+REGISTRY  ?=
 # One build configuration for every step (bin/, go vet, go test, the control
 # plane): static, so that all of them share one build cache.
 export CGO_ENABLED := 0
@@ -16,7 +19,7 @@ export CGO_ENABLED := 0
 # 30 s (test/cmd/progress).
 PROGRESS  := .cache/tools/progress
 
-.PHONY: all build test unit lint run clean image controlplane fuzz
+.PHONY: all build test unit lint run clean image push controlplane fuzz
 
 all: build
 
@@ -76,9 +79,17 @@ run: build
 	CGO_ENABLED=0 $(GO) build -o bin/run ./test/cmd/run
 	exec bin/run --bin-dir=bin $(ARGS)
 
-## image: container images of every binary, tagged and stamped (--version) with VERSION (needs a Docker engine)
+## image: the images for IMAGE_PLATFORMS without a container engine (tools/image): bin/images/<binary>/ (OCI layout, multi-platform index) and bin/images/<binary>-<arch>.tar (docker load), tagged and stamped with VERSION
+# Every date in the images is SOURCE_DATE_EPOCH, or the commit time: two builds of a commit are identical.
 image:
-	for b in $(BINARIES); do docker build --build-arg VERSION=$(VERSION) --target $$b -t csi-topology-provisioner/$$b:$(VERSION) . || exit 1; done
+	$(GO) run ./tools/image build -out bin/images -version '$(VERSION)' -ldflags '$(LDFLAGS)' \
+		-platforms '$(IMAGE_PLATFORMS)' -epoch "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" \
+		-revision "$$(git rev-parse HEAD 2>/dev/null)" -source https://github.com/csi-topology-provisioner/csi-topology-provisioner $(BINARIES)
+
+## push: the multi-platform indexes of bin/images/ to REGISTRY/<binary>:VERSION (builds them first)
+push: image
+	@if [ -z '$(REGISTRY)' ]; then echo "usage: make push REGISTRY=registry.example.com/team [VERSION=v0.1.0]"; exit 1; fi
+	$(GO) run ./tools/image push -out bin/images -registry '$(REGISTRY)' -version '$(VERSION)' $(BINARIES)
 
 clean:
 	rm -rf bin .cache .test-output.log
