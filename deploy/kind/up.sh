@@ -10,10 +10,12 @@
 #   KIND_NODE_IMAGE  node image for a new cluster (kind create cluster --image);
 #                    should be a Kubernetes 1.36 kindest/node image. Default:
 #                    the default of your kind release.
-#   SKIP_BUILD=1     do not run `make image`; load the images already built.
+#   SKIP_BUILD=1     do not run `make image`; load the image tarballs already
+#                    built under bin/images/.
 #
 # These scripts could not be run on the project's CI machines, which have no
 # Docker engine; they were written and reviewed by hand (bash -n, shellcheck).
+# The images they load are built and tested there (make image, test/images).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -86,7 +88,11 @@ diagnose_web() {
 # ---------------------------------------------------------------------------
 log "Checking tools"
 missing=""
-for tool in kind kubectl docker make; do
+tools="kind kubectl docker make"
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+	tools="$tools go"
+fi
+for tool in $tools; do
 	if ! command -v "$tool" >/dev/null 2>&1; then
 		missing="$missing $tool"
 	fi
@@ -95,8 +101,16 @@ if [[ -n $missing ]]; then
 	die "missing tools:$missing. Install them (deploy/kind/README.md, Prerequisites) and retry."
 fi
 if ! docker info >/dev/null 2>&1; then
-	die "no running Docker engine ('docker info' failed). kind runs its nodes as Docker containers and 'make image' uses docker build: start Docker, or run this on a machine that has an engine."
+	die "no running Docker engine ('docker info' failed). kind runs its nodes as Docker containers: start Docker, or run this on a machine that has an engine."
 fi
+# The nodes' architecture, which the images are built for (make image builds
+# in Go, without Docker; only this platform, to save time).
+node_arch=$(docker info --format '{{.Architecture}}' 2>/dev/null || uname -m)
+case $node_arch in
+x86_64 | amd64) ARCH=amd64 ;;
+aarch64 | arm64) ARCH=arm64 ;;
+*) die "unsupported architecture '$node_arch': the images are built for amd64 and arm64" ;;
+esac
 if ! version_at_least "$(kind version 2>/dev/null || true)" 0 20; then
 	warn "kind >= 0.20 is expected (per-node labels in cluster.yaml); found: $(kind version 2>/dev/null || echo unknown)"
 fi
@@ -148,24 +162,22 @@ v1.36.*) echo "Kubernetes $kubelet_version" ;;
 esac
 
 # ---------------------------------------------------------------------------
-image_refs=""
-for b in $IMAGES; do
-	image_refs="$image_refs csi-topology-provisioner/$b:$VERSION"
-done
-
 if [[ ${SKIP_BUILD:-0} == 1 ]]; then
 	log "SKIP_BUILD=1: not building the images"
 else
-	log "Building the images (make image VERSION=$VERSION)"
-	make -C "$ROOT" image VERSION="$VERSION"
+	log "Building the images (make image VERSION=$VERSION IMAGE_PLATFORMS=linux/$ARCH; no Docker needed)"
+	make -C "$ROOT" image VERSION="$VERSION" IMAGE_PLATFORMS="linux/$ARCH"
 fi
-for ref in $image_refs; do
-	docker image inspect "$ref" >/dev/null 2>&1 || die "image $ref not found locally: run without SKIP_BUILD=1"
+# Each tarball holds one image, tagged csi-topology-provisioner/<name>:$VERSION,
+# the references of the overlay.
+for b in $IMAGES; do
+	[[ -f bin/images/$b-$ARCH.tar ]] || die "bin/images/$b-$ARCH.tar not found: run without SKIP_BUILD=1"
 done
 
-log "Loading the images into the kind nodes"
-# shellcheck disable=SC2086 # one argument per image reference
-kind load docker-image --name "$CLUSTER" $image_refs
+log "Loading the images into the kind nodes (kind load image-archive)"
+for b in $IMAGES; do
+	kind load image-archive --name "$CLUSTER" "bin/images/$b-$ARCH.tar"
+done
 
 # ---------------------------------------------------------------------------
 log "Installing deploy/kubernetes/overlays/mock"

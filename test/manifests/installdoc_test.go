@@ -13,16 +13,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// docFile is a file the install guide shows: a line that starts with
-// `acme/<name>`, then, after any text, a YAML block.
-var docFile = regexp.MustCompile("(?ms)^`acme/([\\w.-]+)`.*?\n```yaml\n(.*?)```\n")
-
-// TestInstallDocOverlay renders the example overlay of docs/install.md, the
-// files exactly as shown, next to a copy of deploy/, and checks it like a
-// shipped overlay: it installs csi.acme.io and keeps nothing of the
-// placeholder.
-func TestInstallDocOverlay(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
+// writeInstallDocOverlay writes the files of acme/ that docs/install.md
+// shows into a temporary directory next to a copy of deploy/, and returns
+// acme/ and the names of the files, sorted.
+func writeInstallDocOverlay(t *testing.T) (string, []string) {
+	t.Helper()
 	doc, err := os.ReadFile(filepath.Join(cluster.RepoRoot, "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +39,20 @@ func TestInstallDocOverlay(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
+	return overlay, names
+}
+
+// docFile is a file the install guide shows: a line that starts with
+// `acme/<name>`, then, after any text, a YAML block.
+var docFile = regexp.MustCompile("(?ms)^`acme/([\\w.-]+)`.*?\n```yaml\n(.*?)```\n")
+
+// TestInstallDocOverlay renders the example overlay of docs/install.md, the
+// files exactly as shown, next to a copy of deploy/, and checks it like a
+// shipped overlay: it installs csi.acme.io and keeps nothing of the
+// placeholder.
+func TestInstallDocOverlay(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	overlay, names := writeInstallDocOverlay(t)
 	want := []string{"driver-flags.yaml", "kustomization.yaml", "node-paths.yaml", "scheduler-config.yaml"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("docs/install.md shows the files %v of acme/, want %v", names, want)

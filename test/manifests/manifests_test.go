@@ -216,6 +216,34 @@ func checkSecurityContexts(t *testing.T, what string, o *unstructured.Unstructur
 			t.Errorf("%s: container %s of %s %s: securityContext %v, want capabilities.drop [ALL], allowPrivilegeEscalation false, readOnlyRootFilesystem true",
 				what, name, o.GetKind(), o.GetName(), sc)
 		}
+		checkUser(t, what, o, name, sc)
+	}
+}
+
+// checkUser holds docs/install.md's "Images" to its word: our images run as
+// 65532, so the containers that use the driver's socket say runAsUser 0,
+// and the schedulers say runAsNonRoot.
+func checkUser(t *testing.T, what string, o *unstructured.Unstructured, name string, sc map[string]any) {
+	t.Helper()
+	// A decoded YAML number is a float64 or an int64.
+	var user float64
+	raw, hasUser := sc["runAsUser"]
+	switch v := raw.(type) {
+	case int64:
+		user = float64(v)
+	case float64:
+		user = v
+	}
+	nonRoot, _, _ := unstructured.NestedBool(sc, "runAsNonRoot")
+	switch name {
+	case "csi-provisioner", "csi-node-publisher":
+		if !hasUser || user != 0 || nonRoot {
+			t.Errorf("%s: container %s of %s %s: securityContext %v, want runAsUser 0 (the driver's socket)", what, name, o.GetKind(), o.GetName(), sc)
+		}
+	case "csi-topology-scheduler", "csi-scheduler-extender":
+		if !nonRoot || (hasUser && user == 0) {
+			t.Errorf("%s: container %s of %s %s: securityContext %v, want runAsNonRoot true", what, name, o.GetKind(), o.GetName(), sc)
+		}
 	}
 }
 

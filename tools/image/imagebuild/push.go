@@ -32,7 +32,7 @@ func Push(ctx context.Context, outDir, registry, version string, binaries []stri
 		if err != nil {
 			return out, fmt.Errorf("image %s (run make image first): %w", b, err)
 		}
-		ref := registry + "/" + b + ":" + version
+		ref := Reference(registry, b, version)
 		tag, err := name.NewTag(ref)
 		if err != nil {
 			return out, err
