@@ -1,0 +1,223 @@
+package images
+
+import (
+	"archive/tar"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/tools/image/imagebuild"
+)
+
+const testVersion = "v0.0.0-imagestest"
+
+// binaries are the images `make image` builds (every directory of cmd/),
+// with what --version prints.
+var binaries = []struct {
+	name string
+	// version is the line --version prints. csi-topology-scheduler is
+	// kube-scheduler: its --version prints the Kubernetes version of
+	// k8s.io/component-base (unstamped), not main.version.
+	version string
+}{
+	{name: "csi-node-publisher", version: "csi-node-publisher " + testVersion},
+	{name: "csi-provisioner", version: "csi-provisioner " + testVersion},
+	{name: "csi-scheduler-extender", version: "csi-scheduler-extender " + testVersion},
+	{name: "csi-topology-scheduler", version: "Kubernetes v"},
+	{name: "mock-driver", version: "mock-driver " + testVersion},
+}
+
+// repoRoot is the module root (two levels up from this package).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+var ldflagsLine = regexp.MustCompile(`(?m)^LDFLAGS\s*:?=\s*(.*)$`)
+
+// makefileLDFlags is the Makefile's LDFLAGS with VERSION replaced, so the
+// test builds exactly as `make image` does.
+func makefileLDFlags(t *testing.T, root, version string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ldflagsLine.FindSubmatch(data)
+	if m == nil {
+		t.Fatal("no LDFLAGS in the Makefile")
+	}
+	flags := strings.ReplaceAll(strings.TrimSpace(string(m[1])), "$(VERSION)", version)
+	if strings.Contains(flags, "$(") {
+		t.Fatalf("LDFLAGS %q uses a make variable this test does not know", flags)
+	}
+	return flags
+}
+
+func build(t *testing.T, root, out string) []imagebuild.Result {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	var names []string
+	for _, b := range binaries {
+		names = append(names, b.name)
+	}
+	res, err := imagebuild.Build(ctx, imagebuild.Config{
+		Root:       root,
+		Binaries:   names,
+		Platforms:  []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}},
+		Repository: "csi-topology-provisioner",
+		Version:    testVersion,
+		LDFlags:    makefileLDFlags(t, root, testVersion),
+		Revision:   "0123456789abcdef",
+		Source:     "https://github.com/csi-topology-provisioner/csi-topology-provisioner",
+		Created:    time.Unix(1700000000, 0),
+		OutDir:     out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestImages builds every image twice, into two directories, and checks the
+// first build's images.
+func TestImages(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the images are linux images; their binaries run on linux only")
+	}
+	root := repoRoot(t)
+	first := build(t, root, t.TempDir())
+	second := build(t, root, t.TempDir())
+	if len(first) != len(binaries) {
+		t.Fatalf("built %d images, want %d", len(first), len(binaries))
+	}
+	for i, b := range binaries {
+		t.Run(b.name, func(t *testing.T) {
+			r := first[i]
+			if r.Index != second[i].Index {
+				t.Errorf("not reproducible: index %s, then %s", r.Index, second[i].Index)
+			}
+			idx, err := imagebuild.LayoutIndex(r.Layout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := idx.Image(r.Images[0].Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkConfig(t, img, b.name)
+			exe := checkLayers(t, img, b.name)
+			run(t, exe, "--version", b.version)
+			run(t, exe, "--help", "")
+		})
+	}
+}
+
+func checkConfig(t *testing.T, img v1.Image, binary string) {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cf.Config
+	if !slices.Equal(c.Entrypoint, []string{"/" + binary}) || c.User != "65532:65532" || len(c.Cmd) != 0 {
+		t.Errorf("entrypoint %q, cmd %q, user %q; want [/%s], none, 65532:65532", c.Entrypoint, c.Cmd, c.User, binary)
+	}
+	for k, want := range map[string]string{
+		imagebuild.LabelVersion:  testVersion,
+		imagebuild.LabelRevision: "0123456789abcdef",
+		imagebuild.LabelSource:   "https://github.com/csi-topology-provisioner/csi-topology-provisioner",
+		imagebuild.LabelCreated:  "2023-11-14T22:13:20Z",
+	} {
+		if got := c.Labels[k]; got != want {
+			t.Errorf("label %s = %q, want %q", k, got, want)
+		}
+	}
+	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
+		t.Errorf("platform %s/%s", cf.OS, cf.Architecture)
+	}
+}
+
+// checkLayers lists the files of every layer: exactly the base files and
+// the binary, so no shell or anything else; it returns the binary,
+// extracted to a file.
+func checkLayers(t *testing.T, img v1.Image, binary string) string {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(t.TempDir(), binary)
+	var names []string
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, h.Name)
+			if h.Uid != 0 && h.Name != "home/nonroot/" {
+				t.Errorf("%s owned by %d", h.Name, h.Uid)
+			}
+			if h.Name == binary {
+				if h.Mode != 0o755 {
+					t.Errorf("%s: mode %o", h.Name, h.Mode)
+				}
+				f, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.Copy(f, tr); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rc.Close()
+	}
+	want := []string{"etc/", "etc/group", "etc/passwd", "home/", "home/nonroot/", "tmp/", binary}
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("files in the layers: %q, want %q", names, want)
+	}
+	return exe
+}
+
+// run runs the extracted binary with one flag; it must succeed, and its
+// output start with want when want is set.
+func run(t *testing.T, exe, flag, want string) {
+	t.Helper()
+	out, err := exec.Command(exe, flag).CombinedOutput()
+	if err != nil {
+		t.Errorf("%s %s: %v\n%s", filepath.Base(exe), flag, err, out)
+		return
+	}
+	if !strings.HasPrefix(string(out), want) || len(out) == 0 {
+		t.Errorf("%s %s printed %q, want it to start with %q", filepath.Base(exe), flag, out, want)
+	}
+}
