@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"k8s.io/klog/v2/ktesting"
 )
@@ -116,11 +117,29 @@ func TestImageConfig(t *testing.T) {
 			if r.Images[i].Digest != desc.Digest || !strings.HasSuffix(r.Images[i].Tarball, "mock-driver-"+p.Architecture+".tar") {
 				t.Errorf("result %+v, index digest %s", r.Images[i], desc.Digest)
 			}
-			if _, err := os.Stat(r.Images[i].Tarball); err != nil {
-				t.Error(err)
+			// The docker-load tarball holds this image under its tag.
+			tag, err := name.NewTag(r.Reference)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromTar, err := tarball.ImageFromPath(r.Images[i].Tarball, &tag)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, _ := fromTar.ConfigName(); d != mustConfigName(t, img) {
+				t.Errorf("tarball %s holds config %s, want the image's", r.Images[i].Tarball, d)
 			}
 		})
 	}
+}
+
+func mustConfigName(t *testing.T, img v1.Image) v1.Hash {
+	t.Helper()
+	h, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // TestReproducible: the same inputs into two directories give the same
