@@ -87,8 +87,9 @@ image:
 		-revision "$$(git rev-parse HEAD 2>/dev/null)" -source https://github.com/csi-topology-provisioner/csi-topology-provisioner $(BINARIES)
 
 ## push: the multi-platform indexes of bin/images/ to REGISTRY/<binary>:VERSION (builds them first)
-push: image
+push:
 	@if [ -z '$(REGISTRY)' ]; then echo "usage: make push REGISTRY=registry.example.com/team [VERSION=v0.1.0]"; exit 1; fi
+	$(MAKE) image VERSION='$(VERSION)'
 	$(GO) run ./tools/image push -out bin/images -registry '$(REGISTRY)' -version '$(VERSION)' $(BINARIES)
 
 clean:
