@@ -73,7 +73,9 @@ func run(args []string) error {
 	if cfg.Root, err = os.Getwd(); err != nil {
 		return err
 	}
-	cfg.OutDir = filepath.Join(cfg.Root, cfg.OutDir)
+	if !filepath.IsAbs(cfg.OutDir) {
+		cfg.OutDir = filepath.Join(cfg.Root, cfg.OutDir)
+	}
 	cfg.Created = time.Unix(epoch, 0).UTC()
 	cfg.Binaries = binaries
 	start := time.Now()
