@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 # The Kubernetes release the binaries embed (go.mod's k8s.io/kubernetes), for
-# csi-topology-scheduler --version; the Dockerfile stamps it the same way.
+# csi-topology-scheduler --version; make image stamps it the same way.
 KUBE_VERSION = $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
 LDFLAGS   = -s -w -X main.version=$(VERSION) -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)
 BINARIES  := $(notdir $(wildcard cmd/*))

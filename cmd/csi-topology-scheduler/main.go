@@ -13,8 +13,8 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler/plugin"
 )
 
-// version is the project's version, stamped by the Makefile and the
-// Dockerfile (-X main.version=...), like every other binary's. The
+// version is the project's version, stamped by the Makefile's LDFLAGS
+// (make build and make image: -X main.version=...), like every other binary's. The
 // Kubernetes version the scheduler embeds is stamped into
 // k8s.io/component-base/version the same way.
 var version = "devel"

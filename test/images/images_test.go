@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -25,15 +24,14 @@ const testVersion = "v0.0.0-imagestest"
 // with what --version prints.
 var binaries = []struct {
 	name string
-	// version is the line --version prints. csi-topology-scheduler is
-	// kube-scheduler: its --version prints the Kubernetes version of
-	// k8s.io/component-base (unstamped), not main.version.
+	// version is the start of the line --version prints (the scheduler
+	// adds the Kubernetes release it embeds).
 	version string
 }{
 	{name: "csi-node-publisher", version: "csi-node-publisher " + testVersion},
 	{name: "csi-provisioner", version: "csi-provisioner " + testVersion},
 	{name: "csi-scheduler-extender", version: "csi-scheduler-extender " + testVersion},
-	{name: "csi-topology-scheduler", version: "Kubernetes v"},
+	{name: "csi-topology-scheduler", version: "csi-topology-scheduler " + testVersion + " (Kubernetes v1."},
 	{name: "mock-driver", version: "mock-driver " + testVersion},
 }
 
@@ -47,25 +45,18 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-var ldflagsLine = regexp.MustCompile(`(?m)^LDFLAGS\s*:?=\s*(.*)$`)
-
-// makefileLDFlags is the Makefile's LDFLAGS with VERSION replaced, so the
-// test builds exactly as `make image` does.
+// makefileLDFlags is the Makefile's LDFLAGS as make expands it with
+// VERSION=version, so the test builds exactly as `make image` does.
 func makefileLDFlags(t *testing.T, root, version string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	cmd := exec.Command("make", "-s", "--no-print-directory", "VERSION="+version,
+		"--eval", "print-ldflags: ; @echo $(LDFLAGS)", "print-ldflags")
+	cmd.Dir = root
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("make: expanding LDFLAGS: %v", err)
 	}
-	m := ldflagsLine.FindSubmatch(data)
-	if m == nil {
-		t.Fatal("no LDFLAGS in the Makefile")
-	}
-	flags := strings.ReplaceAll(strings.TrimSpace(string(m[1])), "$(VERSION)", version)
-	if strings.Contains(flags, "$(") {
-		t.Fatalf("LDFLAGS %q uses a make variable this test does not know", flags)
-	}
-	return flags
+	return strings.TrimSpace(string(out))
 }
 
 func build(t *testing.T, root, out string) []imagebuild.Result {
