@@ -13,8 +13,10 @@ ARGS      ?=
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 REGISTRY  ?=
 # One build configuration for every step (bin/, go vet, go test, the control
-# plane): static, so that all of them share one build cache.
+# plane, the images): static and with reproducible paths, so that all of them
+# share one build cache.
 export CGO_ENABLED := 0
+export GOFLAGS += -trimpath
 # progress runs a step of `make test` and prints a status line at least every
 # 30 s (test/cmd/progress).
 PROGRESS  := .cache/tools/progress
