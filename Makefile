@@ -59,8 +59,8 @@ test: $(PROGRESS)
 	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/cmd/controlplane
 	@echo "==> [5/6] go vet"
 	@$(PROGRESS) -label "go vet" -- $(GO) vet ./...
-	@echo "==> [6/6] go test (one control plane per e2e package; full log in .test-output.log)"
-	@$(PROGRESS) -label "go test" -test -log .test-output.log -every 60s -- $(GO) test -json -count=1 -timeout 40m $(GOTESTFLAGS) ./...
+	@echo "==> [6/6] go test (one control plane per e2e package, the binaries of bin/; full log in .test-output.log)"
+	@CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(PROGRESS) -label "go test" -test -log .test-output.log -every 60s -- $(GO) test -json -count=1 -timeout 40m -ldflags='-s -w' $(GOTESTFLAGS) ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (make test runs only their seeds); a failure leaves its
 ## input in the package's testdata/fuzz/, to be checked in as a seed once fixed

@@ -136,7 +136,9 @@ func goBuildWithProgress(ctx context.Context, modDir, outDir string, targets []s
 	if err == nil {
 		total = bytes.Count(out, []byte("\n"))
 	}
-	cmd, cleanup := goCommand(ctx, modDir, append([]string{"build", "-v", "-o", outDir + string(filepath.Separator)}, targets...)...)
+	// No DWARF (-s -w): the binaries are run, never debugged, and the four
+	// links take a third less time.
+	cmd, cleanup := goCommand(ctx, modDir, append([]string{"build", "-v", "-ldflags=-s -w", "-o", outDir + string(filepath.Separator)}, targets...)...)
 	defer cleanup()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -186,14 +188,48 @@ func goBuildWithProgress(ctx context.Context, modDir, outDir string, targets []s
 	return nil
 }
 
+// BinDirEnv names a directory of freshly built project binaries, which
+// BuildProject uses instead of building. `make test` sets it to the bin/ its
+// build step has just filled; nothing else should.
+const BinDirEnv = "CSI_TOPOLOGY_TEST_BIN_DIR"
+
 // BuildProject builds the project's commands (e.g. "./cmd/mock-driver")
-// into outDir; Go's build cache makes repeated builds cheap.
+// into outDir; Go's build cache makes repeated builds cheap, but each still
+// links. When $CSI_TOPOLOGY_TEST_BIN_DIR (BinDirEnv) holds every command,
+// they are linked (symlinked) from there instead.
 func BuildProject(ctx context.Context, repoRoot, outDir string, pkgs ...string) error {
+	if dir := os.Getenv(BinDirEnv); dir != "" && linkBuilt(dir, outDir, pkgs) == nil {
+		return nil
+	}
 	args := append([]string{"build", "-o", outDir + string(filepath.Separator)}, pkgs...)
 	cmd, cleanup := goCommand(ctx, repoRoot, args...)
 	defer cleanup()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building %v: %w\n%s", pkgs, err, out)
+	}
+	return nil
+}
+
+// linkBuilt symlinks the binaries of pkgs from dir into outDir, or fails
+// when dir lacks one of them.
+func linkBuilt(dir, outDir string, pkgs []string) error {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range pkgs {
+		name := filepath.Base(p)
+		src, err := filepath.Abs(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if fi, err := os.Stat(src); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s is not a built binary", src)
+		}
+		dst := filepath.Join(outDir, name)
+		_ = os.Remove(dst)
+		if err := os.Symlink(src, dst); err != nil {
+			return err
+		}
 	}
 	return nil
 }
