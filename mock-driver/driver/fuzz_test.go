@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -46,7 +47,7 @@ func FuzzParseSegment(f *testing.F) {
 		for k, v := range seg {
 			parts = append(parts, k+"="+v)
 		}
-		again, err := ParseSegment(joinComma(parts))
+		again, err := ParseSegment(strings.Join(parts, ","))
 		if err != nil {
 			t.Fatalf("%q parsed to %v, which does not parse back: %v", s, seg, err)
 		}
@@ -59,15 +60,4 @@ func FuzzParseSegment(f *testing.F) {
 			}
 		}
 	})
-}
-
-func joinComma(parts []string) string {
-	out := ""
-	for i, p := range parts {
-		if i > 0 {
-			out += ","
-		}
-		out += p
-	}
-	return out
 }
