@@ -123,8 +123,8 @@ func (f *fullSegments) seen(ctx context.Context, class string, seg topology.Segm
 	}
 }
 
-// freed clears, for every class, the marks of segments a deleted volume was
-// in: room was freed there. A volume segment and a mark match when they
+// freed ends, for every class, the hold of segments a deleted volume was in:
+// room was freed there. The marks stay, so the next ask is strict. A volume segment and a mark match when they
 // share a key and agree on every key they share, so a volume reported by
 // zone alone frees every zone×rack segment of its zone.
 func (f *fullSegments) freed(ctx context.Context, volume []*csi.Topology) {
@@ -133,24 +133,26 @@ func (f *fullSegments) freed(ctx context.Context, volume []*csi.Topology) {
 	}
 	f.mu.Lock()
 	var cleared []fullKey
+	// The hold ends, but the mark stays: the next attempt asks the driver
+	// for the node's segment only, so the room freed there is used and no
+	// volume lands out of the node's reach if the room is gone again.
+	ended := f.clock.Now().Add(-f.hold)
 	for k, m := range f.marks {
 		for _, t := range volume {
 			if overlaps(m.seg, t.GetSegments()) {
-				delete(f.marks, k)
+				if m.learned.After(ended) {
+					m.learned = ended
+					f.marks[k] = m
+				}
 				cleared = append(cleared, k)
 				break
 			}
 		}
 	}
-	n := len(f.marks)
 	f.mu.Unlock()
-	if len(cleared) == 0 {
-		return
-	}
-	f.metrics.setFullSegments(n)
 	logger := klog.FromContext(ctx)
 	for _, k := range cleared {
-		logger.V(2).Info("Volume deleted in a segment known full; asking the driver again", "segment", k.segment, "storageClass", k.class)
+		logger.V(2).Info("Volume deleted in a segment known full; asking the driver again for that segment only", "segment", k.segment, "storageClass", k.class)
 	}
 }
 

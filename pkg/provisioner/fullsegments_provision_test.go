@@ -72,10 +72,10 @@ func TestProvisionFullSegment(t *testing.T) {
 			{name: "capacity back, hold over: strict success clears", advance: time.Second, z1: bytesPtr(10 * gi),
 				wantState: controller.ProvisioningFinished, wantCreates: 3, wantReqs: onlyZ1},
 		}},
-		{name: "a deleted volume in the zone clears the mark", steps: []churnStep{
+		{name: "a deleted volume in the zone ends the hold", steps: []churnStep{
 			placedElsewhere,
-			{name: "PV in z1 deleted", deleteIn: "z1", z1: bytesPtr(10 * gi), wantCreates: 1},
-			{name: "next attempt asks at once, not strict", wantState: controller.ProvisioningFinished, wantCreates: 2, wantReqs: nonStrict},
+			{name: "PV in z1 deleted", deleteIn: "z1", z1: bytesPtr(10 * gi), wantCreates: 1, wantKnown: true},
+			{name: "next attempt asks at once, strictly; success clears", wantState: controller.ProvisioningFinished, wantCreates: 2, wantReqs: onlyZ1},
 		}},
 		{name: "a deleted volume elsewhere keeps the mark", steps: []churnStep{
 			placedElsewhere,

@@ -59,8 +59,19 @@ func TestFullZoneNoChurn(t *testing.T) {
 	creates := createsOf(t, ctx, name)
 	outside := volumesOutside(creates, "z1")
 	t.Logf("in %s: %d CreateVolume calls for %s, %d volumes made outside z1", churnWatch, len(creates), name, outside)
-	if len(creates) > 1 {
-		t.Errorf("%d CreateVolume calls in %s for %s, want at most 1:%s", len(creates), churnWatch, name, describeCreates(creates))
+	// Only the first call may let the driver choose another segment. A
+	// volume deleted in z1/r1 meanwhile (earlier tests' namespaces are
+	// deleted in the background) rightly ends the hold early, so one strict
+	// call for z1/r1 alone may follow; nothing else.
+	wide := 0
+	for _, r := range creates {
+		if len(r.Requisite) != 1 {
+			wide++
+		}
+	}
+	if wide > 1 || len(creates) > 2 {
+		t.Errorf("%d CreateVolume calls in %s for %s (%d of them not restricted to z1/r1), want at most 1, plus one strict call if a volume in z1/r1 was deleted:%s",
+			len(creates), churnWatch, name, wide, describeCreates(creates))
 	}
 	if outside > 1 {
 		t.Errorf("%d volumes made outside z1 for %s, want at most 1", outside, name)
@@ -99,8 +110,8 @@ func TestFullZoneNoChurn(t *testing.T) {
 	}
 	creates = createsOf(t, ctx, name)
 	t.Logf("CreateVolume calls for %s:%s", name, describeCreates(creates))
-	if len(creates) > 2 {
-		t.Errorf("%d CreateVolume calls for %s in all, want at most 2 (the one placed elsewhere, the one in z1)", len(creates), name)
+	if len(creates) > 3 {
+		t.Errorf("%d CreateVolume calls for %s in all, want at most 3 (the one placed elsewhere, perhaps a strict one after a deletion in z1/r1, the one in z1)", len(creates), name)
 	}
 }
 
