@@ -151,15 +151,22 @@ func (e *env) churnStep(t *testing.T, s churnStep, class string) {
 			}
 		}
 	}
+	e.checkCreates(t, s.name, s.wantCreates, s.wantReqs)
+}
+
+// checkCreates checks how many CreateVolume calls the driver has seen and,
+// when wantReqs is set, the requirements of the last one.
+func (e *env) checkCreates(t *testing.T, step string, wantCreates int, wantReqs *csi.TopologyRequirement) {
+	t.Helper()
 	e.csi.mu.Lock()
 	creates := append([]*csi.CreateVolumeRequest(nil), e.csi.creates...)
 	e.csi.mu.Unlock()
-	if len(creates) != s.wantCreates {
-		t.Fatalf("%s: %d CreateVolume calls, want %d", s.name, len(creates), s.wantCreates)
+	if len(creates) != wantCreates {
+		t.Fatalf("%s: %d CreateVolume calls, want %d", step, len(creates), wantCreates)
 	}
-	if s.wantReqs != nil {
-		if diff := cmp.Diff(s.wantReqs, creates[len(creates)-1].GetAccessibilityRequirements(), protocmp.Transform()); diff != "" {
-			t.Errorf("%s: requirements (-want +got):\n%s", s.name, diff)
+	if wantReqs != nil {
+		if diff := cmp.Diff(wantReqs, creates[len(creates)-1].GetAccessibilityRequirements(), protocmp.Transform()); diff != "" {
+			t.Errorf("%s: requirements (-want +got):\n%s", step, diff)
 		}
 	}
 }
@@ -197,17 +204,7 @@ func TestProvisionFullSegmentWideVolume(t *testing.T) {
 		if state != s.wantState || err == nil || !strings.Contains(err.Error(), s.wantErr) {
 			t.Fatalf("%s: Provision = %v, %v; want %v with error containing %q", s.name, state, err, s.wantState, s.wantErr)
 		}
-		e.csi.mu.Lock()
-		creates := append([]*csi.CreateVolumeRequest(nil), e.csi.creates...)
-		e.csi.mu.Unlock()
-		if len(creates) != s.wantCreates {
-			t.Fatalf("%s: %d CreateVolume calls, want %d", s.name, len(creates), s.wantCreates)
-		}
-		if s.wantReqs != nil {
-			if diff := cmp.Diff(s.wantReqs, creates[len(creates)-1].GetAccessibilityRequirements(), protocmp.Transform()); diff != "" {
-				t.Errorf("%s: requirements (-want +got):\n%s", s.name, diff)
-			}
-		}
+		e.checkCreates(t, s.name, s.wantCreates, s.wantReqs)
 	}
 }
 
