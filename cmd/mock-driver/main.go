@@ -62,7 +62,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.segmentsFile, "segments-file", "", "Segment table of the controller, JSON or YAML (see README).")
 	fs.StringVar(&o.knownNodes, "known-nodes", "", "Comma-separated node IDs ControllerPublishVolume accepts (empty: any node for a controller).")
 	fs.Int64Var(&o.cfg.MaxVolumeBytes, "max-volume-bytes", driver.DefaultMaxVolumeBytes, "Largest volume; larger requests fail with OUT_OF_RANGE.")
-	fs.StringVar(&o.cfg.StateFile, "state-file", "", "File that persists the controller's volumes (empty: memory only).")
+	fs.StringVar(&o.cfg.StateFile, "state-file", "", "File that persists the controller's volumes and snapshots; every change is on disk (fsync, rename) before the call that made it answers (empty: memory only).")
 	fs.StringVar(&o.cfg.DataDir, "data-dir", "", "Directory holding one sub-directory per volume that NodePublishVolume bind-mounts onto the target (empty: publish creates a plain directory, for tests without mount privileges).")
 	fs.StringVar(&o.cfg.AdminAddress, "admin-address", "", "Loopback address of the admin HTTP endpoint, e.g. 127.0.0.1:9808 (empty: none).")
 	fs.StringVar(&o.cfg.HealthAddress, "health-address", "", `Address (host:port, any interface), e.g. ":9808", of a plain-HTTP endpoint serving only /healthz for liveness probes: 200 while the gRPC server serves and Probe succeeds, else 503 (empty: none).`)
