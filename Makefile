@@ -12,6 +12,8 @@ ARGS      ?=
 # make image / make push: platforms, and where push sends the images.
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 REGISTRY  ?=
+# The project's license (LICENSE), an SPDX expression for the images' label.
+LICENSES  := Apache-2.0
 # One build configuration for every step (bin/, go vet, go test, the control
 # plane, the images): static and with reproducible paths, so that all of them
 # share one build cache.
@@ -44,6 +46,9 @@ $(PROGRESS): $(wildcard test/cmd/progress/*.go)
 controlplane: $(PROGRESS)
 	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/cmd/controlplane
 
+# go test -p 4: the e2e packages mostly wait on their control planes, and a
+# package's test run holds one of go test's -p slots; with the default (one per
+# core) two long e2e runs would stop every other package from compiling.
 ## test: everything a change must pass (lint, unit tests with fuzz seeds, csi-sanity, e2e), with progress lines
 test: $(PROGRESS)
 	@echo "==> [1/6] Go modules (the first run downloads them)"
@@ -57,10 +62,10 @@ test: $(PROGRESS)
 	@$(PROGRESS) -label "build bin/" -packages -- $(GO) build -v -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
 	@echo "==> [4/6] control plane (built once per go.sum and Go version, cached in the user cache dir)"
 	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/cmd/controlplane
-	@echo "==> [5/6] go vet"
-	@$(PROGRESS) -label "go vet" -- $(GO) vet ./...
-	@echo "==> [6/6] go test (one control plane per e2e package, the binaries of bin/; full log in .test-output.log)"
-	@CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(PROGRESS) -label "go test" -test -log .test-output.log -every 60s -- $(GO) test -json -count=1 -timeout 40m -ldflags='-s -w' $(GOTESTFLAGS) ./...
+	@echo "==> [5/6] go vet (packages without tests; go test vets the others)"
+	@$(PROGRESS) -label "go vet" -- $(GO) vet $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
+	@echo "==> [6/6] go test with every go vet check (one control plane per e2e package, the binaries of bin/; full log in .test-output.log)"
+	@CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(PROGRESS) -label "go test" -test -log .test-output.log -every 60s -- $(GO) test -json -count=1 -vet=all -p 4 -timeout 40m -ldflags='-s -w' $(GOTESTFLAGS) ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (make test runs only their seeds); a failure leaves its
 ## input in the package's testdata/fuzz/, to be checked in as a seed once fixed
@@ -86,7 +91,7 @@ run: build
 image:
 	$(GO) run ./tools/image build -out bin/images -version '$(VERSION)' -ldflags '$(LDFLAGS)' \
 		-platforms '$(IMAGE_PLATFORMS)' -epoch "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" \
-		-revision "$$(git rev-parse HEAD 2>/dev/null)" -source https://github.com/csi-topology-provisioner/csi-topology-provisioner $(BINARIES)
+		-revision "$$(git rev-parse HEAD 2>/dev/null)" -licenses '$(LICENSES)' -source https://github.com/csi-topology-provisioner/csi-topology-provisioner $(BINARIES)
 
 ## push: the multi-platform indexes of bin/images/ to REGISTRY/<binary>:VERSION (builds them first)
 push:

@@ -45,16 +45,16 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// makefileLDFlags is the Makefile's LDFLAGS as make expands it with
+// makefileVar is a variable of the Makefile as make expands it with
 // VERSION=version, so the test builds exactly as `make image` does.
-func makefileLDFlags(t *testing.T, root, version string) string {
+func makefileVar(t *testing.T, root, version, name string) string {
 	t.Helper()
 	cmd := exec.Command("make", "-s", "--no-print-directory", "VERSION="+version,
-		"--eval", "print-ldflags: ; @echo $(LDFLAGS)", "print-ldflags")
+		"--eval", "print-var: ; @echo $("+name+")", "print-var")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("make: expanding LDFLAGS: %v", err)
+		t.Fatalf("make: expanding %s: %v", name, err)
 	}
 	return strings.TrimSpace(string(out))
 }
@@ -72,8 +72,9 @@ func build(t *testing.T, root, out string) []imagebuild.Result {
 		Platforms:  []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}},
 		Repository: "csi-topology-provisioner",
 		Version:    testVersion,
-		LDFlags:    makefileLDFlags(t, root, testVersion),
+		LDFlags:    makefileVar(t, root, testVersion, "LDFLAGS"),
 		Revision:   "0123456789abcdef",
+		Licenses:   makefileVar(t, root, testVersion, "LICENSES"),
 		Source:     "https://github.com/csi-topology-provisioner/csi-topology-provisioner",
 		Created:    time.Unix(1700000000, 0),
 		OutDir:     out,
@@ -133,6 +134,7 @@ func checkConfig(t *testing.T, img v1.Image, binary string) {
 		imagebuild.LabelRevision: "0123456789abcdef",
 		imagebuild.LabelSource:   "https://github.com/csi-topology-provisioner/csi-topology-provisioner",
 		imagebuild.LabelCreated:  "2023-11-14T22:13:20Z",
+		imagebuild.LabelLicenses: "Apache-2.0",
 	} {
 		if got := c.Labels[k]; got != want {
 			t.Errorf("label %s = %q, want %q", k, got, want)
@@ -210,5 +212,22 @@ func run(t *testing.T, exe, flag, want string) {
 	}
 	if !strings.HasPrefix(string(out), want) || len(out) == 0 {
 		t.Errorf("%s %s printed %q, want it to start with %q", filepath.Base(exe), flag, out, want)
+	}
+}
+
+// TestLicenseFile keeps the images' licenses label true: the LICENSE at the
+// repository's root is the Apache License 2.0 that LICENSES names.
+func TestLicenseFile(t *testing.T) {
+	root := repoRoot(t)
+	if got := makefileVar(t, root, testVersion, "LICENSES"); got != "Apache-2.0" {
+		t.Fatalf("Makefile LICENSES = %q; update this test and LICENSE together", got)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "LICENSE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := string(data[:min(len(data), 300)])
+	if !strings.Contains(head, "Apache License") || !strings.Contains(head, "Version 2.0, January 2004") {
+		t.Errorf("LICENSE does not start as the Apache License 2.0:\n%s", head)
 	}
 }
