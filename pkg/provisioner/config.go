@@ -36,6 +36,10 @@ type Config struct {
 	// (upstream's --prevent-volume-mode-conversion, default true there and
 	// in csi-provisioner's flags; false here as Go's zero value).
 	PreventVolumeModeConversion bool
+	// IgnoreAttributesClasses ignores claims' spec.volumeAttributesClassName
+	// (upstream's VolumeAttributesClass=false feature gate): no
+	// mutable_parameters, no class on the PV.
+	IgnoreAttributesClasses bool
 	// StrictTopology restricts both requisite and preferred topology to the
 	// selected node's segment for delayed binding.
 	StrictTopology bool

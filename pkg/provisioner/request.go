@@ -134,9 +134,13 @@ func (p *Provisioner) buildCreateRequest(opts controller.ProvisionOptions) (*cre
 	if err != nil {
 		return nil, err
 	}
-	mutable, err := p.mutableParameters(claim)
-	if err != nil {
-		return nil, err
+	var mutable map[string]string
+	attributesClass := ""
+	if !p.cfg.IgnoreAttributesClasses {
+		if mutable, err = p.mutableParameters(claim); err != nil {
+			return nil, err
+		}
+		attributesClass = attributesClassName(claim)
 	}
 	driverParams := params.driver
 	if p.cfg.ExtraCreateMetadata {
@@ -154,6 +158,6 @@ func (p *Provisioner) buildCreateRequest(opts controller.ProvisionOptions) (*cre
 		},
 		fsType:          fsType,
 		secrets:         refs,
-		attributesClass: attributesClassName(claim),
+		attributesClass: attributesClass,
 	}, nil
 }
