@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -35,6 +36,7 @@ type options struct {
 	knownNodes   string
 	segmentsFile string
 	faultsFile   string
+	mutable      string
 	showVersion  bool
 }
 
@@ -52,11 +54,15 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.nodeTopology, "node-topology", "", `The node's segment, e.g. "zone=z1,rack=r1"; keys without '/' get the prefix `+driver.TopologyPrefix+`.`)
 	fs.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "NodeGetInfo max_volumes_per_node, also enforced per node by ControllerPublishVolume (0: no limit).")
 	fs.BoolVar(&o.cfg.DisableTopology, "disable-topology", false, "Do not advertise VOLUME_ACCESSIBILITY_CONSTRAINTS.")
+	fs.BoolVar(&o.cfg.DisableSnapshots, "disable-snapshots", false, "Do not advertise CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS (the snapshot calls are UNIMPLEMENTED).")
+	fs.BoolVar(&o.cfg.DisableCloning, "disable-cloning", false, "Do not advertise CLONE_VOLUME (CreateVolume refuses a volume source).")
+	fs.BoolVar(&o.cfg.DisableModify, "disable-modify", false, "Do not advertise MODIFY_VOLUME (ControllerModifyVolume is UNIMPLEMENTED, CreateVolume refuses mutable parameters).")
+	fs.StringVar(&o.mutable, "mutable-parameters", strings.Join(driver.DefaultMutableParameters, ","), "Comma-separated mutable parameter keys that CreateVolume and ControllerModifyVolume accept; other keys are INVALID_ARGUMENT.")
 	fs.StringVar(&o.topologyFile, "node-topology-file", "", "Segments of many nodes, JSON or YAML: node ID -> {key: value}; a node instance takes its --node-id's entry (for a DaemonSet; excludes --node-topology).")
 	fs.StringVar(&o.segmentsFile, "segments-file", "", "Segment table of the controller, JSON or YAML (see README).")
 	fs.StringVar(&o.knownNodes, "known-nodes", "", "Comma-separated node IDs ControllerPublishVolume accepts (empty: any node for a controller).")
 	fs.Int64Var(&o.cfg.MaxVolumeBytes, "max-volume-bytes", driver.DefaultMaxVolumeBytes, "Largest volume; larger requests fail with OUT_OF_RANGE.")
-	fs.StringVar(&o.cfg.StateFile, "state-file", "", "File that persists the controller's volumes (empty: memory only).")
+	fs.StringVar(&o.cfg.StateFile, "state-file", "", "File that persists the controller's volumes and snapshots; every change is on disk (fsync, rename) before the call that made it answers (empty: memory only).")
 	fs.StringVar(&o.cfg.DataDir, "data-dir", "", "Directory holding one sub-directory per volume that NodePublishVolume bind-mounts onto the target (empty: publish creates a plain directory, for tests without mount privileges).")
 	fs.StringVar(&o.cfg.AdminAddress, "admin-address", "", "Loopback address of the admin HTTP endpoint, e.g. 127.0.0.1:9808 (empty: none).")
 	fs.StringVar(&o.cfg.HealthAddress, "health-address", "", `Address (host:port, any interface), e.g. ":9808", of a plain-HTTP endpoint serving only /healthz for liveness probes: 200 while the gRPC server serves and Probe succeeds, else 503 (empty: none).`)
@@ -81,6 +87,13 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	}
 	if o.cfg.NodeTopology, err = driver.ParseSegment(o.nodeTopology); err != nil {
 		return o, fmt.Errorf("--node-topology: %w", err)
+	}
+	o.cfg.MutableParameters = []string{}
+	if o.mutable != "" {
+		o.cfg.MutableParameters = strings.Split(o.mutable, ",")
+		if slices.Contains(o.cfg.MutableParameters, "") {
+			return o, fmt.Errorf("--mutable-parameters %q: a key is empty", o.mutable)
+		}
 	}
 	if o.knownNodes != "" {
 		o.cfg.KnownNodes = strings.Split(o.knownNodes, ",")

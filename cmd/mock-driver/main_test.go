@@ -37,6 +37,7 @@ func TestParseFlags(t *testing.T) {
 		c := driver.Config{
 			Name: driver.DefaultName, Endpoint: "unix:///run/csi/socket", Mode: driver.ModeBoth, Version: version,
 			NodeTopology: map[string]string{}, MaxVolumeBytes: driver.DefaultMaxVolumeBytes,
+			MutableParameters: driver.DefaultMutableParameters,
 		}
 		mutate(&c)
 		return c
@@ -90,6 +91,24 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"--mode=node", "--node-id=n1", "--health-address=:9808"},
 			want: base(func(c *driver.Config) { c.Mode, c.NodeID, c.HealthAddress = driver.ModeNode, "n1", ":9808" }),
 		},
+		{
+			name: "without snapshots, cloning and modification",
+			args: []string{"--mode=controller", "--disable-snapshots", "--disable-cloning", "--disable-modify"},
+			want: base(func(c *driver.Config) {
+				c.Mode, c.DisableSnapshots, c.DisableCloning, c.DisableModify = driver.ModeController, true, true, true
+			}),
+		},
+		{
+			name: "own mutable parameters",
+			args: []string{"--mode=controller", "--mutable-parameters=tier,iops"},
+			want: base(func(c *driver.Config) { c.Mode, c.MutableParameters = driver.ModeController, []string{"tier", "iops"} }),
+		},
+		{
+			name: "no mutable parameters",
+			args: []string{"--mode=controller", "--mutable-parameters="},
+			want: base(func(c *driver.Config) { c.Mode, c.MutableParameters = driver.ModeController, []string{} }),
+		},
+		{name: "empty mutable parameter key", args: []string{"--mode=controller", "--mutable-parameters=iops,"}, wantErr: true},
 		{name: "segment table with an unknown field", args: []string{"--segments-file=" + segBad}, wantErr: true},
 		{name: "invalid fault", args: []string{"--faults-file=" + faultsBad}, wantErr: true},
 		{name: "missing file", args: []string{"--segments-file=" + filepath.Join(dir, "nope.json")}, wantErr: true},

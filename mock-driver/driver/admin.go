@@ -33,6 +33,11 @@ type VolumeStatus struct {
 	Block bool `json:"block,omitempty"`
 	// AccessMode is the CSI access mode the volume was created with.
 	AccessMode string `json:"accessMode,omitempty"`
+	// MutableParameters are the volume's mutable parameters: those of
+	// CreateVolume with every ControllerModifyVolume merged in.
+	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
+	// ContentSource is what the volume was cloned or restored from.
+	ContentSource *state.ContentSource `json:"contentSource,omitempty"`
 	// PublishedNodes are the nodes of ControllerPublishVolume, sorted.
 	PublishedNodes []string `json:"publishedNodes"`
 }
@@ -51,8 +56,8 @@ type SegmentStatus struct {
 // segment-key order.
 func (d *Driver) Segments() []SegmentStatus {
 	var out []SegmentStatus
-	d.store.View(func(vols map[string]*state.Volume) {
-		for _, s := range d.usage(vols) {
+	d.store.View(func(data *state.Data) {
+		for _, s := range d.usage(data.Volumes) {
 			out = append(out, SegmentStatus{Topology: maps.Clone(s.topology), CapacityBytes: s.capacity, UsedBytes: s.used})
 		}
 	})
@@ -82,7 +87,8 @@ func (d *Driver) volumeStatuses() []VolumeStatus {
 	for _, v := range vols {
 		out = append(out, VolumeStatus{
 			ID: v.ID, Name: v.Name, CapacityBytes: v.CapacityBytes, Segment: v.Segment, Parameters: v.Parameters,
-			Block: v.Block, AccessMode: v.AccessMode, PublishedNodes: v.PublishedNodes(),
+			Block: v.Block, AccessMode: v.AccessMode, MutableParameters: v.MutableParameters,
+			ContentSource: v.ContentSource, PublishedNodes: v.PublishedNodes(),
 		})
 	}
 	return out
@@ -93,6 +99,7 @@ func (d *Driver) adminHandler(logger klog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /volumes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, d.volumeStatuses()) })
+	mux.HandleFunc("GET /snapshots", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, d.Snapshots()) })
 	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) {
 		if m := r.URL.Query().Get("method"); m != "" && m != "CreateVolume" {
 			http.Error(w, "only CreateVolume requests are recorded", http.StatusBadRequest)

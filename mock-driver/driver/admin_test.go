@@ -23,8 +23,19 @@ func TestAdminAPI(t *testing.T) {
 	if !strings.HasPrefix(d.AdminURL(), "http://127.0.0.1:") {
 		t.Fatalf("AdminURL() = %q", d.AdminURL())
 	}
-	vol, err := c.CreateVolume(ctx, makeCreate("v", gi).requisite("z1").params(map[string]string{"type": "fast"}).CreateVolumeRequest)
+	vol, err := c.CreateVolume(ctx, makeCreate("v", gi).requisite("z1").params(map[string]string{"type": "fast"}).
+		mutable(map[string]string{"iops": "3000"}).CreateVolumeRequest)
 	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: vol.GetVolume().GetVolumeId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateVolume(ctx, makeCreate("r", gi).from(snapshotSource(snap.GetSnapshot().GetSnapshotId())).CreateVolumeRequest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId(), MutableParameters: map[string]string{"throughput": "250"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId(), NodeId: "n1", VolumeCapability: mountCap()}); err != nil {
@@ -50,7 +61,12 @@ func TestAdminAPI(t *testing.T) {
 	}{
 		{name: "healthz", method: "GET", path: "/healthz", want: 200, wantBody: "ok"},
 		{name: "volumes", method: "GET", path: "/volumes", want: 200, wantBody: `"publishedNodes":["n1"]`},
+		{name: "volume's mutable parameters", method: "GET", path: "/volumes", want: 200, wantBody: `"mutableParameters":{"iops":"3000","throughput":"250"}`},
+		{name: "restored volume's source", method: "GET", path: "/volumes", want: 200, wantBody: `"contentSource":{"snapshotId":"snap-000001"}`},
+		{name: "snapshots", method: "GET", path: "/snapshots", want: 200, wantBody: `"sourceVolumeId":"vol-000001","sizeBytes":1073741824,"segment":{"` + TopologyPrefix + `zone":"z1"}`},
 		{name: "requests", method: "GET", path: "/requests?method=CreateVolume", want: 200, wantBody: `"name":"v"`},
+		{name: "request's mutable parameters", method: "GET", path: "/requests", want: 200, wantBody: `"mutableParameters":{"iops":"3000"}`},
+		{name: "request's content source", method: "GET", path: "/requests", want: 200, wantBody: `"contentSource":{"snapshotId":"snap-000001"}`},
 		{name: "requests of another method", method: "GET", path: "/requests?method=DeleteVolume", want: 400},
 		{name: "malformed faults", method: "PUT", path: "/faults", body: "{not json", want: 400},
 		{name: "faults: unknown field", method: "PUT", path: "/faults", body: `[{"method":"CreateVolume","colour":"red"}]`, want: 400},
@@ -58,8 +74,11 @@ func TestAdminAPI(t *testing.T) {
 		{name: "faults: unknown method", method: "PUT", path: "/faults", body: `[{"method":"CreateVolumes"}]`, want: 400},
 		{name: "faults: body too large", method: "PUT", path: "/faults", body: `[` + strings.Repeat(" ", maxAdminBody) + `]`, want: 413},
 		{name: "faults", method: "PUT", path: "/faults", body: `[{"method":"CreateVolume","code":"RESOURCE_EXHAUSTED","segment":{"zone":"z2"}}]`, want: 200, wantBody: TopologyPrefix + "zone"},
+		{name: "faults: late success without latency", method: "PUT", path: "/faults", body: `[{"method":"CreateVolume","lateSuccess":true}]`, want: 400},
+		{name: "faults: late success", method: "PUT", path: "/faults", body: `[{"method":"DeleteVolume","latency":"1h","lateSuccess":true,"count":1}]`, want: 200, wantBody: `"lateSuccess":true`},
+		{name: "faults again", method: "PUT", path: "/faults", body: `[{"method":"CreateVolume","code":"RESOURCE_EXHAUSTED","segment":{"zone":"z2"}}]`, want: 200},
 		{name: "list faults", method: "GET", path: "/faults", want: 200, wantBody: `"code":"RESOURCE_EXHAUSTED"`},
-		{name: "segments", method: "GET", path: "/segments", want: 200, wantBody: `"usedBytes":1073741824`},
+		{name: "segments", method: "GET", path: "/segments", want: 200, wantBody: `"usedBytes":2147483648`}, // v and its restore,
 		{name: "capacity", method: "PUT", path: "/segments", body: `{"topology":{"zone":"z3"},"capacityBytes":1073741824}`, want: 200},
 		{name: "capacity: unknown segment", method: "PUT", path: "/segments", body: `{"topology":{"zone":"z9"},"capacityBytes":1}`, want: 400},
 		{name: "capacity: no bytes", method: "PUT", path: "/segments", body: `{"topology":{"zone":"z3"}}`, want: 400},
@@ -94,7 +113,7 @@ func TestAdminAPI(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &vols); err != nil {
 		t.Fatal(err)
 	}
-	if len(vols) != 2 || vols[0].Segment[TopologyPrefix+"zone"] != "z1" || vols[0].Parameters["type"] != "fast" {
+	if len(vols) != 3 || vols[0].Segment[TopologyPrefix+"zone"] != "z1" || vols[0].Parameters["type"] != "fast" {
 		t.Errorf("volumes %+v", vols)
 	}
 }

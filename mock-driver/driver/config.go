@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -20,6 +21,10 @@ const TopologyPrefix = "topology.mock.csi.example.com/"
 
 // DefaultMaxVolumeBytes is the default of Config.MaxVolumeBytes: 1 TiB.
 const DefaultMaxVolumeBytes = int64(1) << 40
+
+// DefaultMutableParameters are the mutable parameter keys a driver accepts
+// unless Config.MutableParameters says otherwise.
+var DefaultMutableParameters = []string{"iops", "throughput"}
 
 // Mode selects the CSI services a driver instance serves.
 type Mode string
@@ -75,6 +80,22 @@ type Config struct {
 	// CreateVolume then ignores accessibility requirements and returns no
 	// accessible topology.
 	DisableTopology bool
+	// DisableSnapshots stops advertising CREATE_DELETE_SNAPSHOT and
+	// LIST_SNAPSHOTS: CreateSnapshot, DeleteSnapshot and ListSnapshots are
+	// UNIMPLEMENTED and CreateVolume refuses a snapshot source with
+	// INVALID_ARGUMENT.
+	DisableSnapshots bool
+	// DisableCloning stops advertising CLONE_VOLUME: CreateVolume refuses a
+	// volume source with INVALID_ARGUMENT.
+	DisableCloning bool
+	// DisableModify stops advertising MODIFY_VOLUME: ControllerModifyVolume
+	// is UNIMPLEMENTED and CreateVolume refuses mutable parameters with
+	// INVALID_ARGUMENT.
+	DisableModify bool
+	// MutableParameters are the mutable parameter keys that CreateVolume
+	// and ControllerModifyVolume accept (any value); other keys are
+	// INVALID_ARGUMENT. Nil: DefaultMutableParameters.
+	MutableParameters []string
 	// Segments is the controller's segment table. Empty: one unlimited
 	// segment, NodeTopology.
 	Segments []SegmentConfig
@@ -190,6 +211,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxVolumeBytes <= 0 {
 		c.MaxVolumeBytes = DefaultMaxVolumeBytes
 	}
+	if c.MutableParameters == nil {
+		c.MutableParameters = slices.Clone(DefaultMutableParameters)
+	}
 	if err := c.validate(); err != nil {
 		return c, fmt.Errorf("invalid mock driver configuration: %w", err)
 	}
@@ -252,6 +276,11 @@ func (c Config) validate() error {
 	if c.HealthAddress != "" {
 		if _, _, err := net.SplitHostPort(c.HealthAddress); err != nil {
 			return fmt.Errorf("health address %q: %w", c.HealthAddress, err)
+		}
+	}
+	for _, k := range c.MutableParameters {
+		if k == "" {
+			return errors.New("a mutable parameter key must not be empty")
 		}
 	}
 	for _, r := range c.Faults {

@@ -39,6 +39,9 @@ func TestNewValidates(t *testing.T) {
 			wantErr: true,
 		},
 		{name: "invalid fault", mutate: func(c *Config) { c.Faults = []faults.Rule{{Method: "Nope"}} }, wantErr: true},
+		{name: "invalid late success", mutate: func(c *Config) { c.Faults = []faults.Rule{{Method: "CreateVolume", LateSuccess: true}} }, wantErr: true},
+		{name: "no mutable parameter keys", mutate: func(c *Config) { c.MutableParameters = []string{} }},
+		{name: "empty mutable parameter key", mutate: func(c *Config) { c.MutableParameters = []string{"iops", ""} }, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,10 +23,11 @@ const (
 	sizeUnit = int64(1) << 20
 )
 
-// ControllerGetCapabilities implements csi.ControllerServer.
+// ControllerGetCapabilities implements csi.ControllerServer: the volume,
+// publish, list and capacity capabilities always; snapshots, cloning and
+// modification unless disabled.
 func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	var caps []*csi.ControllerServiceCapability
-	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
+	types := []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
 		csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
@@ -36,7 +37,19 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 		// Not SINGLE_NODE_MULTI_WRITER: a provisioner would then send the
 		// new access modes for ReadWriteOnce claims (the node advertises it,
 		// for csi-sanity's single-writer test).
-	} {
+	}
+	if !d.cfg.DisableSnapshots {
+		types = append(types, csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+			csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS)
+	}
+	if !d.cfg.DisableCloning {
+		types = append(types, csi.ControllerServiceCapability_RPC_CLONE_VOLUME)
+	}
+	if !d.cfg.DisableModify {
+		types = append(types, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME)
+	}
+	caps := make([]*csi.ControllerServiceCapability, 0, len(types))
+	for _, t := range types {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
 			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}
@@ -60,9 +73,11 @@ func validateCapabilities(caps []*csi.VolumeCapability) error {
 	return nil
 }
 
-// requestedSize returns the size of a new volume: the required bytes (1 GiB
-// when 0) rounded up to a MiB, but never above the limit.
-func requestedSize(r *csi.CapacityRange) (int64, error) {
+// requestedSize returns the size of a new volume: the required bytes
+// rounded up to a MiB, but never above the limit. Without required bytes it
+// is the source's size for a clone or restore (sourceBytes > 0), else 1 GiB.
+// A clone or restore smaller than its source is OUT_OF_RANGE.
+func requestedSize(r *csi.CapacityRange, sourceBytes int64) (int64, error) {
 	req, lim := r.GetRequiredBytes(), r.GetLimitBytes()
 	switch {
 	case req < 0 || lim < 0:
@@ -71,10 +86,17 @@ func requestedSize(r *csi.CapacityRange) (int64, error) {
 		return 0, status.Errorf(codes.InvalidArgument, "required bytes %d exceed limit bytes %d", req, lim)
 	case req > math.MaxInt64-sizeUnit:
 		return 0, status.Errorf(codes.OutOfRange, "required bytes %d are too large", req)
+	case req > 0 && req < sourceBytes:
+		return 0, status.Errorf(codes.OutOfRange, "required bytes %d are less than the %d bytes of the volume content source", req, sourceBytes)
+	case lim > 0 && lim < sourceBytes:
+		return 0, status.Errorf(codes.OutOfRange, "limit bytes %d are less than the %d bytes of the volume content source", lim, sourceBytes)
 	}
 	size := req
 	if size == 0 {
 		size = defaultVolumeBytes
+		if sourceBytes > 0 {
+			size = sourceBytes
+		}
 	}
 	size = (size + sizeUnit - 1) / sizeUnit * sizeUnit
 	if lim > 0 && size > lim {
@@ -98,6 +120,7 @@ func (d *Driver) csiVolume(v *state.Volume) *csi.Volume {
 		VolumeId:      v.ID,
 		CapacityBytes: v.CapacityBytes,
 		VolumeContext: map[string]string{ContextSegment: segmentKey(v.Segment)},
+		ContentSource: csiContentSource(v.ContentSource),
 	}
 	if !d.cfg.DisableTopology && len(v.Segment) > 0 {
 		vol.AccessibleTopology = []*csi.Topology{{Segments: maps.Clone(v.Segment)}}
@@ -116,8 +139,8 @@ func byName(vols map[string]*state.Volume, name string) *state.Volume {
 }
 
 // CreateVolume implements csi.ControllerServer. It is idempotent by name;
-// see place for where a volume goes. (The gRPC server logs the request and
-// its outcome at V(2).)
+// see plan for where a volume goes and how big it is. (The gRPC server logs
+// the request and its outcome at V(2).)
 func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume name is required")
@@ -125,43 +148,43 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if err := validateCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return nil, err
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "volume content sources are not supported")
-	}
-	size, err := requestedSize(req.GetCapacityRange())
+	source, err := d.contentSource(req.GetVolumeContentSource())
 	if err != nil {
 		return nil, err
 	}
+	if err := d.validateMutableParameters(req.GetMutableParameters()); err != nil {
+		return nil, err
+	}
 	var existing *state.Volume
-	d.store.View(func(vols map[string]*state.Volume) {
-		if v := byName(vols, req.GetName()); v != nil {
+	d.store.View(func(data *state.Data) {
+		if v := byName(data.Volumes, req.GetName()); v != nil {
 			existing = v.Clone()
 		}
 	})
 	if existing != nil {
-		if err := d.compatible(existing, req); err != nil {
+		if err := d.compatible(existing, req, source); err != nil {
 			return nil, err
 		}
 		return &csi.CreateVolumeResponse{Volume: d.csiVolume(existing)}, nil
 	}
-	reqs := d.requirements(req)
 	first := req.GetVolumeCapabilities()[0]
 	var out *state.Volume
-	err = d.store.Update(func(vols map[string]*state.Volume, newID func() string) error {
-		if v := byName(vols, req.GetName()); v != nil { // created meanwhile
+	err = d.store.Update(func(data *state.Data) error {
+		if v := byName(data.Volumes, req.GetName()); v != nil { // created meanwhile
 			out = v.Clone()
-			return d.compatible(v, req)
+			return d.compatible(v, req, source)
 		}
-		seg, err := place(d.usage(vols), reqs, size, d.cfg.MaxVolumeBytes)
+		p, err := d.plan(data, req, source)
 		if err != nil {
 			return err
 		}
 		v := &state.Volume{
-			ID: newID(), Name: req.GetName(), CapacityBytes: size, Segment: maps.Clone(seg.topology),
+			ID: data.NewVolumeID(), Name: req.GetName(), CapacityBytes: p.size, Segment: maps.Clone(p.segment.topology),
 			Parameters: maps.Clone(req.GetParameters()), Block: first.GetBlock() != nil,
-			AccessMode: first.GetAccessMode().GetMode().String(),
+			AccessMode: first.GetAccessMode().GetMode().String(), ContentSource: source,
+			MutableParameters: maps.Clone(req.GetMutableParameters()),
 		}
-		vols[v.ID] = v
+		data.Volumes[v.ID] = v
 		out = v.Clone()
 		return nil
 	})
@@ -171,10 +194,54 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	return &csi.CreateVolumeResponse{Volume: d.csiVolume(out)}, nil
 }
 
+// volumePlan is the size and segment of a new volume.
+type volumePlan struct {
+	size    int64
+	segment segmentUsage
+}
+
+// plan sizes and places a new volume (see requestedSize, place and
+// placeAt): an empty volume goes where the requirements allow, a clone or
+// restore only into its source's segment. An unknown source is NOT_FOUND.
+// Call it with the store locked (data is the store's).
+func (d *Driver) plan(data *state.Data, req *csi.CreateVolumeRequest, source *state.ContentSource) (volumePlan, error) {
+	var srcBytes int64
+	var srcSegment map[string]string
+	switch {
+	case source == nil:
+	case source.SnapshotID != "":
+		s, ok := data.Snapshots[source.SnapshotID]
+		if !ok {
+			return volumePlan{}, status.Errorf(codes.NotFound, "source snapshot %q not found", source.SnapshotID)
+		}
+		srcBytes, srcSegment = s.SizeBytes, s.Segment
+	default:
+		v, ok := data.Volumes[source.VolumeID]
+		if !ok {
+			return volumePlan{}, status.Errorf(codes.NotFound, "source volume %q not found", source.VolumeID)
+		}
+		srcBytes, srcSegment = v.CapacityBytes, v.Segment
+	}
+	size, err := requestedSize(req.GetCapacityRange(), srcBytes)
+	if err != nil {
+		return volumePlan{}, err
+	}
+	segs := d.usage(data.Volumes)
+	var seg segmentUsage
+	if source == nil {
+		seg, err = place(segs, d.requirements(req), size, d.cfg.MaxVolumeBytes)
+	} else {
+		seg, err = placeAt(segs, srcSegment, d.requirements(req), size, d.cfg.MaxVolumeBytes)
+	}
+	return volumePlan{size: size, segment: seg}, err
+}
+
 // compatible checks a re-create of existing volume v: size within the
-// requested range, same access type and mode, same parameters, and a segment
-// within the requisite topologies. Anything else is ALREADY_EXISTS.
-func (d *Driver) compatible(v *state.Volume, req *csi.CreateVolumeRequest) error {
+// requested range, same access type and mode, same parameters and content
+// source, and a segment within the requisite topologies. Anything else is
+// ALREADY_EXISTS. Mutable parameters are not compared: ControllerModifyVolume
+// changes them.
+func (d *Driver) compatible(v *state.Volume, req *csi.CreateVolumeRequest, source *state.ContentSource) error {
 	r := req.GetCapacityRange()
 	first := req.GetVolumeCapabilities()[0]
 	switch {
@@ -187,6 +254,8 @@ func (d *Driver) compatible(v *state.Volume, req *csi.CreateVolumeRequest) error
 		return status.Errorf(codes.AlreadyExists, "volume %q exists with access mode %s", v.Name, v.AccessMode)
 	case !maps.Equal(v.Parameters, req.GetParameters()):
 		return status.Errorf(codes.AlreadyExists, "volume %q exists with other parameters", v.Name)
+	case !sameSource(v.ContentSource, source):
+		return status.Errorf(codes.AlreadyExists, "volume %q exists with content source %s", v.Name, describeSource(v.ContentSource))
 	}
 	if requisite := d.requirements(req).GetRequisite(); len(requisite) > 0 {
 		for _, t := range requisite {
@@ -201,18 +270,18 @@ func (d *Driver) compatible(v *state.Volume, req *csi.CreateVolumeRequest) error
 }
 
 // DeleteVolume implements csi.ControllerServer; deleting an unknown volume
-// succeeds.
+// succeeds. Snapshots of the volume and volumes cloned from it stay.
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
 	}
 	var exists bool
-	d.store.View(func(vols map[string]*state.Volume) { _, exists = vols[req.GetVolumeId()] })
+	d.store.View(func(data *state.Data) { _, exists = data.Volumes[req.GetVolumeId()] })
 	if !exists {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	err := d.store.Update(func(vols map[string]*state.Volume, _ func() string) error {
-		delete(vols, req.GetVolumeId())
+	err := d.store.Update(func(data *state.Data) error {
+		delete(data.Volumes, req.GetVolumeId())
 		return nil
 	})
 	if err != nil {
@@ -232,8 +301,8 @@ func (d *Driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 		return nil, err
 	}
 	var v *state.Volume
-	d.store.View(func(vols map[string]*state.Volume) {
-		if found, ok := vols[req.GetVolumeId()]; ok {
+	d.store.View(func(data *state.Data) {
+		if found, ok := data.Volumes[req.GetVolumeId()]; ok {
 			v = found.Clone()
 		}
 	})

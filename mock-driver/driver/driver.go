@@ -124,7 +124,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		return fmt.Errorf("listening on %q: %w", path, err)
 	}
 	defer os.Remove(path)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(d.interceptor(logger)))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(d.interceptor(ctx, logger)))
 	csi.RegisterIdentityServer(srv, d)
 	if d.cfg.Mode != ModeNode {
 		csi.RegisterControllerServer(srv, d)

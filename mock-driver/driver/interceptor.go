@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"maps"
 	"path"
 	"strings"
 
@@ -17,19 +18,30 @@ import (
 // interceptor runs around every gRPC call: it puts the driver's logger in
 // the call's context, logs request and response (secrets stripped) at V(4),
 // applies the fault rules before the method runs, and records CreateVolume
-// requests with their answers.
-func (d *Driver) interceptor(logger klog.Logger) grpc.UnaryServerInterceptor {
+// requests with their answers. A call that a late-success rule delays runs
+// on a context that the caller's end does not reach (only the driver's
+// stop), so it is carried out after the caller has given up.
+func (d *Driver) interceptor(stop context.Context, logger klog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method := path.Base(info.FullMethod)
 		logger := klog.LoggerWithValues(logger, "method", method)
 		ctx = klog.NewContext(ctx, logger)
 		logger.V(4).Info("CSI request", "request", protosanitizer.StripSecrets(req))
+		verdict := d.faults.Decide(method, d.faultSegment(method, req))
+		callCtx := ctx
+		if verdict.LateSuccess {
+			var cancel context.CancelFunc
+			callCtx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+			defer cancel()
+			defer context.AfterFunc(stop, cancel)()
+			logger.V(4).Info("CSI call delayed, to be carried out even after its caller gives up", "latency", verdict.Latency)
+		}
 		var resp any
-		err := d.faults.Check(ctx, method, d.faultSegment(method, req))
+		err := d.faults.Wait(callCtx, verdict)
 		if err != nil {
 			logger.V(4).Info("CSI fault injected", "code", status.Code(err), "err", err)
 		} else {
-			resp, err = handler(ctx, req)
+			resp, err = handler(callCtx, req)
 		}
 		if r, ok := req.(*csi.CreateVolumeRequest); ok {
 			d.recordCreate(ctx, r, resp, err)
@@ -37,7 +49,7 @@ func (d *Driver) interceptor(logger klog.Logger) grpc.UnaryServerInterceptor {
 		if err != nil {
 			logger.V(4).Info("CSI error", "code", status.Code(err), "err", err)
 		} else {
-			logger.V(4).Info("CSI response", "response", protosanitizer.StripSecrets(resp))
+			logger.V(4).Info("CSI response", "response", protosanitizer.StripSecrets(resp), "callerGone", ctx.Err() != nil)
 		}
 		return resp, err
 	}
@@ -47,52 +59,67 @@ func (d *Driver) interceptor(logger klog.Logger) grpc.UnaryServerInterceptor {
 // rules:
 //   - CreateVolume: the first preferred topology; without one, the segment
 //     of the volume of that name if it exists, else the segment the driver
-//     would choose now (nil when it would fail);
+//     would choose now (for a clone or restore, its source's; nil when it
+//     would fail);
 //   - Node service calls: the node's segment;
 //   - GetCapacity: the requested topology;
+//   - CreateSnapshot: the source volume's segment; DeleteSnapshot: the
+//     snapshot's;
 //   - other calls with a volume ID: the volume's segment, when the
 //     controller knows the volume;
 //   - anything else: nil, which only rules without a segment match.
 func (d *Driver) faultSegment(method string, req any) map[string]string {
+	var seg map[string]string
 	switch r := req.(type) {
 	case *csi.CreateVolumeRequest:
 		return d.createSegment(r)
 	case *csi.GetCapacityRequest:
 		return r.GetAccessibleTopology().GetSegments()
+	case *csi.CreateSnapshotRequest:
+		d.store.View(func(data *state.Data) {
+			if v, ok := data.Volumes[r.GetSourceVolumeId()]; ok {
+				seg = maps.Clone(v.Segment)
+			}
+		})
+		return seg
+	case *csi.DeleteSnapshotRequest:
+		d.store.View(func(data *state.Data) {
+			if s, ok := data.Snapshots[r.GetSnapshotId()]; ok {
+				seg = maps.Clone(s.Segment)
+			}
+		})
+		return seg
 	}
 	if strings.HasPrefix(method, "Node") {
 		return d.cfg.NodeTopology
 	}
 	if r, ok := req.(interface{ GetVolumeId() string }); ok {
-		var seg map[string]string
-		d.store.View(func(vols map[string]*state.Volume) {
-			if v, ok := vols[r.GetVolumeId()]; ok {
-				seg = v.Clone().Segment
+		d.store.View(func(data *state.Data) {
+			if v, ok := data.Volumes[r.GetVolumeId()]; ok {
+				seg = maps.Clone(v.Segment)
 			}
 		})
-		return seg
 	}
-	return nil
+	return seg
 }
 
 // createSegment is faultSegment for CreateVolume.
 func (d *Driver) createSegment(req *csi.CreateVolumeRequest) map[string]string {
-	reqs := d.requirements(req)
-	if p := reqs.GetPreferred(); len(p) > 0 {
+	if p := d.requirements(req).GetPreferred(); len(p) > 0 {
 		return p[0].GetSegments()
 	}
-	size, err := requestedSize(req.GetCapacityRange())
+	source, err := d.contentSource(req.GetVolumeContentSource())
 	var seg map[string]string
-	d.store.View(func(vols map[string]*state.Volume) {
-		if v := byName(vols, req.GetName()); v != nil {
-			seg = v.Clone().Segment
+	d.store.View(func(data *state.Data) {
+		if v := byName(data.Volumes, req.GetName()); v != nil {
+			seg = maps.Clone(v.Segment)
 			return
 		}
 		if err != nil {
 			return
 		}
-		if s, err := place(d.usage(vols), reqs, size, d.cfg.MaxVolumeBytes); err == nil {
-			seg = s.topology
+		if p, err := d.plan(data, req, source); err == nil {
+			seg = p.segment.topology
 		}
 	})
 	return seg

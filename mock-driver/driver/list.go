@@ -51,8 +51,8 @@ func (d *Driver) ListVolumes(_ context.Context, req *csi.ListVolumesRequest) (*c
 func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	topo := req.GetAccessibleTopology().GetSegments()
 	var free, largest int64
-	d.store.View(func(vols map[string]*state.Volume) {
-		for _, s := range d.usage(vols) {
+	d.store.View(func(data *state.Data) {
+		for _, s := range d.usage(data.Volumes) {
 			if !matches(s.topology, topo) {
 				continue
 			}

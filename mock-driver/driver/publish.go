@@ -66,7 +66,8 @@ func (d *Driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	}
 	node, mode := req.GetNodeId(), req.GetVolumeCapability().GetAccessMode().GetMode().String()
 	var published bool
-	err := d.store.Update(func(vols map[string]*state.Volume, _ func() string) error {
+	err := d.store.Update(func(data *state.Data) error {
+		vols := data.Volumes
 		v, ok := vols[req.GetVolumeId()]
 		if !ok {
 			return status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
@@ -118,8 +119,8 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
 	}
 	var changed bool
-	d.store.View(func(vols map[string]*state.Volume) {
-		if v, ok := vols[req.GetVolumeId()]; ok {
+	d.store.View(func(data *state.Data) {
+		if v, ok := data.Volumes[req.GetVolumeId()]; ok {
 			_, onNode := v.Published[req.GetNodeId()]
 			changed = onNode || (req.GetNodeId() == "" && len(v.Published) > 0)
 		}
@@ -127,8 +128,8 @@ func (d *Driver) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	if !changed {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
-	err := d.store.Update(func(vols map[string]*state.Volume, _ func() string) error {
-		if v, ok := vols[req.GetVolumeId()]; ok {
+	err := d.store.Update(func(data *state.Data) error {
+		if v, ok := data.Volumes[req.GetVolumeId()]; ok {
 			if req.GetNodeId() == "" {
 				v.Published = nil
 			} else {

@@ -9,6 +9,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
 )
 
 // maxRecords is how many CreateVolume requests the driver remembers.
@@ -29,12 +31,21 @@ type CreateRecord struct {
 	Preferred []map[string]string `json:"preferred,omitempty"`
 	// Parameters are the request's parameters.
 	Parameters map[string]string `json:"parameters,omitempty"`
+	// MutableParameters are the request's mutable parameters.
+	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
+	// ContentSource is the request's content source (a snapshot or volume
+	// ID), nil without one.
+	ContentSource *state.ContentSource `json:"contentSource,omitempty"`
 	// Code is the answer's gRPC code name, "OK" on success.
 	Code string `json:"code"`
 	// Result is the volume ID, or the error.
 	Result string `json:"result"`
 	// Segment is the created volume's segment (success only).
 	Segment map[string]string `json:"segment,omitempty"`
+	// CallerGone is true when the caller's context had ended (cancelled or
+	// past its deadline) before the answer: the caller did not see Code
+	// and Result, e.g. a volume made by a late-success fault rule.
+	CallerGone bool `json:"callerGone,omitempty"`
 	// SecretKeys are the keys of the request's secrets, sorted; their
 	// values are never recorded.
 	SecretKeys []string `json:"secretKeys,omitempty"`
@@ -44,12 +55,17 @@ type CreateRecord struct {
 // not) and logs the topology decision at V(2).
 func (d *Driver) recordCreate(ctx context.Context, req *csi.CreateVolumeRequest, resp any, err error) {
 	rec := CreateRecord{
-		Time:       time.Now(),
-		Name:       req.GetName(),
-		Requisite:  topologies(req.GetAccessibilityRequirements().GetRequisite()),
-		Preferred:  topologies(req.GetAccessibilityRequirements().GetPreferred()),
-		Parameters: maps.Clone(req.GetParameters()),
-		Code:       status.Code(err).String(),
+		Time:              time.Now(),
+		Name:              req.GetName(),
+		Requisite:         topologies(req.GetAccessibilityRequirements().GetRequisite()),
+		Preferred:         topologies(req.GetAccessibilityRequirements().GetPreferred()),
+		Parameters:        maps.Clone(req.GetParameters()),
+		MutableParameters: maps.Clone(req.GetMutableParameters()),
+		Code:              status.Code(err).String(),
+		CallerGone:        ctx.Err() != nil,
+	}
+	if src, srcErr := d.contentSource(req.GetVolumeContentSource()); srcErr == nil {
+		rec.ContentSource = src
 	}
 	for k := range req.GetSecrets() {
 		rec.SecretKeys = append(rec.SecretKeys, k)
@@ -72,7 +88,7 @@ func (d *Driver) recordCreate(ctx context.Context, req *csi.CreateVolumeRequest,
 	}
 	d.mu.Unlock()
 	klog.FromContext(ctx).V(2).Info("CreateVolume", "name", rec.Name, "requisite", rec.Requisite,
-		"preferred", rec.Preferred, "code", rec.Code, "result", rec.Result, "segment", rec.Segment)
+		"preferred", rec.Preferred, "code", rec.Code, "result", rec.Result, "segment", rec.Segment, "callerGone", rec.CallerGone)
 }
 
 // Requests returns the last (up to maxRecords) CreateVolume requests that

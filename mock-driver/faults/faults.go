@@ -85,15 +85,26 @@ func (i *Injector) Rules() []Rule {
 	return out
 }
 
-// Check applies the rules to one call of method for segment (nil when the
-// call concerns no segment). Every rule that fires adds its latency; Check
-// waits for the sum, then returns the status error of the first firing rule
-// with a code, or nil. When ctx ends during the wait, it returns ctx's error
-// as a status.
-func (i *Injector) Check(ctx context.Context, method string, segment map[string]string) error {
-	var latency time.Duration
-	var fail error
+// Verdict is what the rules decided for one call.
+type Verdict struct {
+	// Latency is the sum of the latencies of the rules that fired.
+	Latency time.Duration
+	// LateSuccess is true when a firing rule is a late success: the call
+	// is to be carried out after Latency even when its caller has given
+	// up by then.
+	LateSuccess bool
+	// Err is the status error of the first firing rule with a code, or
+	// nil.
+	Err error
+}
+
+// Decide applies the rules to one call of method for segment (nil when the
+// call concerns no segment), counting the call, and returns their verdict
+// without waiting.
+func (i *Injector) Decide(method string, segment map[string]string) Verdict {
+	var v Verdict
 	i.mu.Lock()
+	defer i.mu.Unlock()
 	for _, r := range i.rules {
 		if !r.matches(method, segment) {
 			continue
@@ -103,24 +114,39 @@ func (i *Injector) Check(ctx context.Context, method string, segment map[string]
 			continue
 		}
 		r.fired++
-		latency += time.Duration(r.Latency)
-		if fail == nil && r.code != codes.OK {
+		v.Latency += time.Duration(r.Latency)
+		v.LateSuccess = v.LateSuccess || r.LateSuccess
+		if v.Err == nil && r.code != codes.OK {
 			msg := r.Message
 			if msg == "" {
 				msg = fmt.Sprintf("injected fault: %s fails with %s", method, r.code)
 			}
-			fail = status.Error(r.code, msg)
+			v.Err = status.Error(r.code, msg)
 		}
 	}
-	i.mu.Unlock()
-	if latency > 0 {
+	return v
+}
+
+// Wait waits for v's latency, then returns v.Err. When ctx ends first, it
+// returns ctx's error as a status. (For a late success, the caller passes a
+// context that the end of the call does not reach.)
+func (i *Injector) Wait(ctx context.Context, v Verdict) error {
+	if v.Latency > 0 {
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
-		case <-i.after(latency):
+		case <-i.after(v.Latency):
 		}
 	}
-	return fail
+	return v.Err
+}
+
+// Check is Decide and Wait on ctx: every rule that fires adds its latency;
+// Check waits for the sum, then returns the status error of the first
+// firing rule with a code, or nil. When ctx ends during the wait, it returns
+// ctx's error as a status; it does not tell late successes apart.
+func (i *Injector) Check(ctx context.Context, method string, segment map[string]string) error {
+	return i.Wait(ctx, i.Decide(method, segment))
 }
 
 func (r *ruleState) matches(method string, segment map[string]string) bool {

@@ -205,6 +205,9 @@ func TestSetValidates(t *testing.T) {
 		{name: "negative every", rule: Rule{Method: "CreateVolume", Every: -1}, wantErr: true},
 		{name: "negative latency", rule: Rule{Method: "CreateVolume", Latency: Duration(-time.Second)}, wantErr: true},
 		{name: "probability above 1", rule: Rule{Method: "CreateVolume", Probability: 1.5}, wantErr: true},
+		{name: "late success", rule: Rule{Method: "CreateVolume", Latency: Duration(time.Minute), LateSuccess: true, Count: 1}},
+		{name: "late success without latency", rule: Rule{Method: "CreateVolume", LateSuccess: true}, wantErr: true},
+		{name: "late success with a code", rule: Rule{Method: "CreateVolume", Code: "Internal", Latency: Duration(time.Second), LateSuccess: true}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,6 +262,12 @@ func TestParseRules(t *testing.T) {
 	}{
 		{name: "empty list", in: `[]`, want: []Rule{}},
 		{name: "one rule", in: `[{"method":"Probe","code":"Unavailable","count":2}]`, want: []Rule{{Method: "Probe", Code: "Unavailable", Count: 2}}},
+		{
+			name: "late success",
+			in:   `[{"method":"CreateSnapshot","latency":"30s","lateSuccess":true}]`,
+			want: []Rule{{Method: "CreateSnapshot", Latency: Duration(30 * time.Second), LateSuccess: true}},
+		},
+		{name: "late success without latency", in: `[{"method":"CreateVolume","lateSuccess":true}]`, wantErr: true},
 		{name: "unknown field", in: `[{"method":"Probe","rate":2}]`, wantErr: true},
 		{name: "invalid rule", in: `[{"method":"Probe","code":"Sometimes"}]`, wantErr: true},
 		{name: "not a list", in: `{"method":"Probe"}`, wantErr: true},
@@ -274,5 +283,62 @@ func TestParseRules(t *testing.T) {
 				t.Errorf("rules (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		name  string
+		rules []Rule
+		want  Verdict
+	}{
+		{name: "no rule", want: Verdict{}},
+		{
+			name:  "latency adds up, the late success marks the call",
+			rules: []Rule{{Method: "CreateVolume", Latency: Duration(time.Second)}, {Method: "*", Latency: Duration(2 * time.Second), LateSuccess: true}},
+			want:  Verdict{Latency: 3 * time.Second, LateSuccess: true},
+		},
+		{
+			name:  "a late success of another method does not",
+			rules: []Rule{{Method: "DeleteVolume", Latency: Duration(time.Second), LateSuccess: true}, {Method: "CreateVolume", Code: "Aborted"}},
+			want:  Verdict{Err: status.Error(codes.Aborted, "injected fault: CreateVolume fails with Aborted")},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inj, err := NewInjector(tc.rules, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := inj.Decide("CreateVolume", nil)
+			if got.Latency != tc.want.Latency || got.LateSuccess != tc.want.LateSuccess || status.Convert(got.Err).String() != status.Convert(tc.want.Err).String() {
+				t.Errorf("Decide = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Wait ends with its context: the caller of a late success passes one that
+// the end of the call does not reach, and gets the whole latency.
+func TestWaitLateSuccess(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	caller, cancel := context.WithCancel(ctx)
+	clock := newFakeClock()
+	inj, err := NewInjector([]Rule{{Method: "CreateVolume", Latency: Duration(time.Minute), LateSuccess: true}}, Options{After: clock.After})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := inj.Decide("CreateVolume", nil)
+	result := make(chan error, 1)
+	go func() { result <- inj.Wait(context.WithoutCancel(caller), v) }()
+	<-clock.waits
+	cancel() // the caller gives up
+	select {
+	case err := <-result: // Wait stopped waiting for the clock
+		t.Fatalf("Wait returned %v when the caller gave up", err)
+	case clock.fire <- time.Time{}:
+	}
+	if err := <-result; err != nil {
+		t.Errorf("Wait = %v, want nil after the whole latency", err)
 	}
 }

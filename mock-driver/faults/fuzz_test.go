@@ -13,7 +13,7 @@ func FuzzParseRules(f *testing.F) {
 	for _, s := range []string{
 		`[{"method":"CreateVolume","code":"ResourceExhausted","count":1}]`,
 		`[{"method":"CreateVolume","code":"Unavailable","every":3,"latency":"2s","probability":0.5,"segment":{"zone":"z1"}}]`,
-		`[]`, `null`, `[{}]`, `[{"method":"DeleteVolume","code":"NoSuchCode"}]`, `[{"latency":"-1s"}]`, `[] []`, `{"method":"x"}`,
+		`[]`, `null`, `[{}]`, `[{"method":"CreateVolume","latency":"1m","lateSuccess":true,"count":1}]`, `[{"method":"*","lateSuccess":true}]`, `[{"method":"DeleteVolume","code":"NoSuchCode"}]`, `[{"latency":"-1s"}]`, `[] []`, `{"method":"x"}`,
 	} {
 		f.Add([]byte(s))
 	}

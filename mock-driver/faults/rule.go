@@ -17,6 +17,11 @@ import (
 //
 //	{"method":"CreateVolume","code":"ResourceExhausted","message":"zone z2 is full",
 //	 "every":1,"probability":0,"latency":"200ms","segment":{"zone":"z2"},"count":0}
+//
+// A late success delays the call and then carries it out even when the
+// caller has given up meanwhile (cancelled, or past its deadline):
+//
+//	{"method":"CreateVolume","latency":"30s","lateSuccess":true,"count":1}
 type Rule struct {
 	// Method is a CSI method name, e.g. "CreateVolume", or "*" for all.
 	Method string `json:"method"`
@@ -38,6 +43,13 @@ type Rule struct {
 	Segment map[string]string `json:"segment,omitempty"`
 	// Count, when > 0, retires the rule after it fired this many times.
 	Count int `json:"count,omitempty"`
+	// LateSuccess makes the calls the rule fires on outlast their caller:
+	// the driver waits the whole latency even when the caller's context
+	// ends, then carries the call out (e.g. creates the volume), while the
+	// caller has seen DEADLINE_EXCEEDED or CANCELLED. It needs a latency
+	// and excludes a code. Without it, a caller's end ends the wait and the
+	// call is not carried out.
+	LateSuccess bool `json:"lateSuccess,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes JSON as "150ms".
@@ -86,7 +98,8 @@ var methods = func() map[string]bool {
 }()
 
 // Validate checks a rule: a CSI method name or "*", a known code, no
-// negative numbers, a probability within [0, 1].
+// negative numbers, a probability within [0, 1], a late success with a
+// latency and without a code.
 func (r Rule) Validate() error {
 	if r.Method != "*" && !methods[r.Method] {
 		return fmt.Errorf("fault rule: %q is not a CSI method name (e.g. \"CreateVolume\") nor \"*\"", r.Method)
@@ -101,6 +114,9 @@ func (r Rule) Validate() error {
 	}
 	if r.Probability < 0 || r.Probability > 1 {
 		return fmt.Errorf("fault rule for %s: probability must be within [0, 1]", r.Method)
+	}
+	if r.LateSuccess && (r.Latency == 0 || r.Code != "") {
+		return fmt.Errorf("fault rule for %s: a late success needs a latency and no code", r.Method)
 	}
 	return nil
 }

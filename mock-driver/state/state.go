@@ -11,10 +11,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
-// idPrefix starts every volume ID; the rest is a sequence number.
-const idPrefix = "vol-"
+const (
+	// idPrefix starts every volume ID; the rest is a sequence number.
+	idPrefix = "vol-"
+	// snapshotPrefix starts every snapshot ID; the rest is a sequence
+	// number of its own.
+	snapshotPrefix = "snap-"
+)
 
 // Volume is one volume of the mock driver.
 type Volume struct {
@@ -36,6 +42,21 @@ type Volume struct {
 	// Published maps the node IDs of ControllerPublishVolume to its
 	// read-only flag.
 	Published map[string]bool `json:"published,omitempty"`
+	// MutableParameters are the CreateVolume mutable parameters, updated
+	// by every ControllerModifyVolume.
+	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
+	// ContentSource is what the volume was made from; nil for an empty
+	// volume.
+	ContentSource *ContentSource `json:"contentSource,omitempty"`
+}
+
+// ContentSource is the source of a cloned or restored volume: exactly one
+// field is set.
+type ContentSource struct {
+	// SnapshotID is the snapshot a volume was restored from.
+	SnapshotID string `json:"snapshotId,omitempty"`
+	// VolumeID is the volume a volume was cloned from.
+	VolumeID string `json:"volumeId,omitempty"`
 }
 
 // Clone returns a deep copy of v.
@@ -44,6 +65,38 @@ func (v *Volume) Clone() *Volume {
 	c.Segment = maps.Clone(v.Segment)
 	c.Parameters = maps.Clone(v.Parameters)
 	c.Published = maps.Clone(v.Published)
+	c.MutableParameters = maps.Clone(v.MutableParameters)
+	if v.ContentSource != nil {
+		src := *v.ContentSource
+		c.ContentSource = &src
+	}
+	return &c
+}
+
+// Snapshot is one snapshot of the mock driver. It outlives its source
+// volume and remembers the segment it can be restored in.
+type Snapshot struct {
+	// ID is the snapshot handle, "snap-" and a sequence number.
+	ID string `json:"id"`
+	// Name is the CreateSnapshot name (idempotency key).
+	Name string `json:"name"`
+	// SourceVolumeID is the volume the snapshot was taken of.
+	SourceVolumeID string `json:"sourceVolumeId"`
+	// SizeBytes is the source volume's size.
+	SizeBytes int64 `json:"sizeBytes"`
+	// Segment is the source volume's segment, where restores go.
+	Segment map[string]string `json:"segment,omitempty"`
+	// Parameters are the CreateSnapshot parameters.
+	Parameters map[string]string `json:"parameters,omitempty"`
+	// CreationTime is when the snapshot was cut.
+	CreationTime time.Time `json:"creationTime"`
+}
+
+// Clone returns a deep copy of s.
+func (s *Snapshot) Clone() *Snapshot {
+	c := *s
+	c.Segment = maps.Clone(s.Segment)
+	c.Parameters = maps.Clone(s.Parameters)
 	return &c
 }
 
@@ -60,8 +113,14 @@ func (v *Volume) PublishedNodes() []string {
 
 // Seq returns the sequence number of a volume ID made by a Store, and false
 // for any other string.
-func Seq(id string) (int64, bool) {
-	digits, ok := strings.CutPrefix(id, idPrefix)
+func Seq(id string) (int64, bool) { return seq(idPrefix, id) }
+
+// SnapshotSeq returns the sequence number of a snapshot ID made by a Store,
+// and false for any other string.
+func SnapshotSeq(id string) (int64, bool) { return seq(snapshotPrefix, id) }
+
+func seq(prefix, id string) (int64, bool) {
+	digits, ok := strings.CutPrefix(id, prefix)
 	if !ok || digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
 		return 0, false
 	}
@@ -72,28 +131,83 @@ func Seq(id string) (int64, bool) {
 	return n, true
 }
 
-// Store is the set of volumes. It is safe for concurrent use: Update and
-// View run one at a time. With a file, every successful Update is written
-// to it (temporary file, fsync, rename) before Update returns.
+// Store is the set of volumes and snapshots. It is safe for concurrent use:
+// Update and View run one at a time. With a file, every successful Update is
+// written to it (temporary file, fsync, rename, fsync of the directory)
+// before Update returns, so whatever a caller was answered survives a crash
+// of the process or the machine.
 type Store struct {
-	mu      sync.Mutex
-	path    string
-	volumes map[string]*Volume // by ID
-	next    int64
+	mu   sync.Mutex
+	path string
+	data Data
+}
+
+// Data is the content of a Store, handed to Update and View.
+type Data struct {
+	// Volumes are the volumes by ID.
+	Volumes map[string]*Volume
+	// Snapshots are the snapshots by ID.
+	Snapshots map[string]*Snapshot
+	// next and nextSnapshot are the last sequence numbers handed out.
+	next, nextSnapshot int64
+	// writable is true inside Update only.
+	writable bool
+}
+
+// NewVolumeID returns a fresh volume ID; only within Update.
+func (d *Data) NewVolumeID() string {
+	d.mustWrite()
+	d.next++
+	return fmt.Sprintf("%s%06d", idPrefix, d.next)
+}
+
+// NewSnapshotID returns a fresh snapshot ID; only within Update.
+func (d *Data) NewSnapshotID() string {
+	d.mustWrite()
+	d.nextSnapshot++
+	return fmt.Sprintf("%s%06d", snapshotPrefix, d.nextSnapshot)
+}
+
+func (d *Data) mustWrite() {
+	if !d.writable {
+		panic("state: a new ID was asked for outside Update")
+	}
+}
+
+// clone returns a deep copy of d.
+func (d *Data) clone() Data {
+	c := Data{
+		Volumes:   make(map[string]*Volume, len(d.Volumes)),
+		Snapshots: make(map[string]*Snapshot, len(d.Snapshots)),
+		next:      d.next, nextSnapshot: d.nextSnapshot,
+	}
+	for id, v := range d.Volumes {
+		c.Volumes[id] = v.Clone()
+	}
+	for id, s := range d.Snapshots {
+		c.Snapshots[id] = s.Clone()
+	}
+	return c
 }
 
 // fileFormat is the JSON form of the state file.
 type fileFormat struct {
-	Next    int64     `json:"next"`
-	Volumes []*Volume `json:"volumes"`
+	Next         int64       `json:"next"`
+	NextSnapshot int64       `json:"nextSnapshot,omitempty"`
+	Volumes      []*Volume   `json:"volumes"`
+	Snapshots    []*Snapshot `json:"snapshots,omitempty"`
 }
 
 // Open returns a Store persisted at path, loaded from it when the file
-// exists, or an in-memory store when path is empty.
+// exists, or an in-memory store when path is empty. Temporary files that a
+// killed process left next to the state file are removed.
 func Open(path string) (*Store, error) {
-	s := &Store{path: path, volumes: map[string]*Volume{}}
+	s := &Store{path: path, data: Data{Volumes: map[string]*Volume{}, Snapshots: map[string]*Snapshot{}}}
 	if path == "" {
 		return s, nil
+	}
+	if err := removeTemporaries(path); err != nil {
+		return nil, err
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -106,53 +220,79 @@ func Open(path string) (*Store, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("parsing state file %q: %w", path, err)
 	}
-	s.next = f.Next
+	s.data.next, s.data.nextSnapshot = f.Next, f.NextSnapshot
 	for _, v := range f.Volumes {
 		n, ok := Seq(v.ID)
 		if !ok {
 			return nil, fmt.Errorf("state file %q: invalid volume ID %q", path, v.ID)
 		}
-		s.volumes[v.ID] = v
-		s.next = max(s.next, n)
+		s.data.Volumes[v.ID] = v
+		s.data.next = max(s.data.next, n)
+	}
+	for _, snap := range f.Snapshots {
+		n, ok := SnapshotSeq(snap.ID)
+		if !ok {
+			return nil, fmt.Errorf("state file %q: invalid snapshot ID %q", path, snap.ID)
+		}
+		s.data.Snapshots[snap.ID] = snap
+		s.data.nextSnapshot = max(s.data.nextSnapshot, n)
 	}
 	return s, nil
 }
 
-// Update runs fn with exclusive access to the volumes and, when fn returns
+// removeTemporaries removes the temporary files of writeFileAtomic that a
+// process killed between creating and renaming one left behind.
+func removeTemporaries(path string) error {
+	leftovers, err := filepath.Glob(filepath.Join(filepath.Dir(path), temporaryPattern(path)))
+	if err != nil {
+		return fmt.Errorf("state file %q: %w", path, err)
+	}
+	for _, f := range leftovers {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing a temporary state file: %w", err)
+		}
+	}
+	return nil
+}
+
+// temporaryPattern is the name pattern (for os.CreateTemp and
+// filepath.Glob) of the temporary files of path.
+func temporaryPattern(path string) string { return "." + filepath.Base(path) + ".tmp-*" }
+
+// Update runs fn with exclusive access to the data and, when fn returns
 // nil, persists the result; when fn or persisting fails, every change fn made
-// is undone and the error returned. fn may add, change or delete entries of
-// vols; newID returns a fresh volume ID.
-func (s *Store) Update(fn func(vols map[string]*Volume, newID func() string) error) error {
+// is undone and the error returned. fn may add, change or delete volumes
+// and snapshots; d.NewVolumeID and d.NewSnapshotID hand out fresh IDs.
+func (s *Store) Update(fn func(d *Data) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snapshot, next := s.copyLocked(), s.next
-	err := fn(s.volumes, func() string {
-		s.next++
-		return fmt.Sprintf("%s%06d", idPrefix, s.next)
-	})
+	before := s.data.clone()
+	s.data.writable = true
+	err := fn(&s.data)
+	s.data.writable = false
 	if err == nil {
 		err = s.saveLocked()
 	}
 	if err != nil {
-		s.volumes, s.next = snapshot, next
+		s.data = before
 	}
 	return err
 }
 
-// View runs fn with read access to the volumes; fn must not modify them nor
+// View runs fn with read access to the data; fn must not modify them nor
 // keep them after it returns.
-func (s *Store) View(fn func(vols map[string]*Volume)) {
+func (s *Store) View(fn func(d *Data)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fn(s.volumes)
+	fn(&s.data)
 }
 
 // List returns a deep copy of all volumes in ID sequence order.
 func (s *Store) List() []Volume {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Volume, 0, len(s.volumes))
-	for _, v := range s.volumes {
+	out := make([]Volume, 0, len(s.data.Volumes))
+	for _, v := range s.data.Volumes {
 		out = append(out, *v.Clone())
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -163,11 +303,19 @@ func (s *Store) List() []Volume {
 	return out
 }
 
-func (s *Store) copyLocked() map[string]*Volume {
-	out := make(map[string]*Volume, len(s.volumes))
-	for id, v := range s.volumes {
-		out[id] = v.Clone()
+// Snapshots returns a deep copy of all snapshots in ID sequence order.
+func (s *Store) Snapshots() []Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Snapshot, 0, len(s.data.Snapshots))
+	for _, snap := range s.data.Snapshots {
+		out = append(out, *snap.Clone())
 	}
+	sort.Slice(out, func(i, j int) bool {
+		a, _ := SnapshotSeq(out[i].ID)
+		b, _ := SnapshotSeq(out[j].ID)
+		return a < b
+	})
 	return out
 }
 
@@ -177,11 +325,16 @@ func (s *Store) saveLocked() error {
 	if s.path == "" {
 		return nil
 	}
-	f := fileFormat{Next: s.next, Volumes: make([]*Volume, 0, len(s.volumes))}
-	for _, v := range s.volumes {
+	f := fileFormat{Next: s.data.next, NextSnapshot: s.data.nextSnapshot,
+		Volumes: make([]*Volume, 0, len(s.data.Volumes))}
+	for _, v := range s.data.Volumes {
 		f.Volumes = append(f.Volumes, v)
 	}
+	for _, snap := range s.data.Snapshots {
+		f.Snapshots = append(f.Snapshots, snap)
+	}
 	sort.Slice(f.Volumes, func(i, j int) bool { return f.Volumes[i].ID < f.Volumes[j].ID })
+	sort.Slice(f.Snapshots, func(i, j int) bool { return f.Snapshots[i].ID < f.Snapshots[j].ID })
 	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
@@ -196,7 +349,7 @@ func (s *Store) saveLocked() error {
 // content, never a part, also after a crash (temporary file in the same
 // directory, fsync, rename, fsync of the directory).
 func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), temporaryPattern(path))
 	if err != nil {
 		return err
 	}

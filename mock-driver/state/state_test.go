@@ -5,14 +5,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-func addVolume(name string, size int64) func(map[string]*Volume, func() string) error {
-	return func(vols map[string]*Volume, newID func() string) error {
-		id := newID()
-		vols[id] = &Volume{ID: id, Name: name, CapacityBytes: size, Segment: map[string]string{"zone": "z1"}}
+func addVolume(name string, size int64) func(*Data) error {
+	return func(d *Data) error {
+		id := d.NewVolumeID()
+		d.Volumes[id] = &Volume{ID: id, Name: name, CapacityBytes: size, Segment: map[string]string{"zone": "z1"}}
 		return nil
 	}
 }
@@ -28,9 +29,9 @@ func TestStorePersistsAcrossOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Update(func(vols map[string]*Volume, _ func() string) error {
-		delete(vols, "vol-000002")
-		vols["vol-000001"].Published = map[string]bool{"n1": true}
+	if err := s.Update(func(d *Data) error {
+		delete(d.Volumes, "vol-000002")
+		d.Volumes["vol-000001"].Published = map[string]bool{"n1": true}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -68,24 +69,26 @@ func TestStoreUpdateRollsBack(t *testing.T) {
 	tests := []struct {
 		name string
 		path func(t *testing.T) string
-		fn   func(map[string]*Volume, func() string) error
+		fn   func(*Data) error
 	}{
 		{
 			name: "fn fails",
 			path: func(t *testing.T) string { return "" },
-			fn: func(vols map[string]*Volume, newID func() string) error {
-				vols["vol-000001"].CapacityBytes = 99
-				id := newID()
-				vols[id] = &Volume{ID: id}
+			fn: func(d *Data) error {
+				d.Volumes["vol-000001"].CapacityBytes = 99
+				id := d.NewVolumeID()
+				d.Volumes[id] = &Volume{ID: id}
+				sid := d.NewSnapshotID()
+				d.Snapshots[sid] = &Snapshot{ID: sid}
 				return errors.New("no")
 			},
 		},
 		{
 			name: "persisting fails",
 			path: func(t *testing.T) string { return filepath.Join(t.TempDir(), "state.json") },
-			fn: func(vols map[string]*Volume, newID func() string) error {
-				id := newID()
-				vols[id] = &Volume{ID: id}
+			fn: func(d *Data) error {
+				id := d.NewVolumeID()
+				d.Volumes[id] = &Volume{ID: id}
 				return nil
 			},
 		},
@@ -100,7 +103,7 @@ func TestStoreUpdateRollsBack(t *testing.T) {
 			if err := s.Update(addVolume("a", 1)); err != nil {
 				t.Fatal(err)
 			}
-			before := s.List()
+			before, beforeSnaps := s.List(), s.Snapshots()
 			if path != "" {
 				// Make the directory read-only so the temporary file cannot be
 				// created; as root that is not enough, so also replace the
@@ -119,6 +122,9 @@ func TestStoreUpdateRollsBack(t *testing.T) {
 			if diff := cmp.Diff(before, s.List()); diff != "" {
 				t.Errorf("volumes after a failed update (-want +got):\n%s", diff)
 			}
+			if diff := cmp.Diff(beforeSnaps, s.Snapshots()); diff != "" {
+				t.Errorf("snapshots after a failed update (-want +got):\n%s", diff)
+			}
 			if err := s.Update(addVolume("b", 1)); path == "" && err != nil {
 				t.Fatal(err)
 			}
@@ -133,6 +139,7 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{name: "not JSON", content: "{"},
 		{name: "foreign volume ID", content: `{"next":1,"volumes":[{"id":"disk-1","name":"a"}]}`},
+		{name: "foreign snapshot ID", content: `{"next":1,"volumes":[],"snapshots":[{"id":"vol-000001","name":"a"}]}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,9 +183,9 @@ func TestListOrdersBySequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(vols map[string]*Volume, _ func() string) error {
+	if err := s.Update(func(d *Data) error {
 		for _, id := range []string{"vol-1000000", "vol-999999", "vol-000002"} {
-			vols[id] = &Volume{ID: id}
+			d.Volumes[id] = &Volume{ID: id}
 		}
 		return nil
 	}); err != nil {
@@ -191,4 +198,106 @@ func TestListOrdersBySequence(t *testing.T) {
 	if diff := cmp.Diff([]string{"vol-000002", "vol-999999", "vol-1000000"}, ids); diff != "" {
 		t.Errorf("order (-want +got):\n%s", diff)
 	}
+}
+
+func TestSnapshotsPersistAcrossOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)
+	if err := s.Update(func(d *Data) error {
+		vid := d.NewVolumeID()
+		d.Volumes[vid] = &Volume{ID: vid, Name: "src", CapacityBytes: 5, Segment: map[string]string{"zone": "z2"},
+			MutableParameters: map[string]string{"iops": "300"}}
+		for _, name := range []string{"s1", "s2"} {
+			id := d.NewSnapshotID()
+			d.Snapshots[id] = &Snapshot{ID: id, Name: name, SourceVolumeID: vid, SizeBytes: 5,
+				Segment: map[string]string{"zone": "z2"}, CreationTime: cut}
+		}
+		cid := d.NewVolumeID()
+		d.Volumes[cid] = &Volume{ID: cid, Name: "restore", CapacityBytes: 5, ContentSource: &ContentSource{SnapshotID: "snap-000002"}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(func(d *Data) error {
+		delete(d.Snapshots, "snap-000002")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	reopened, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(s.List(), reopened.List()); diff != "" {
+		t.Errorf("volumes after reopening (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(s.Snapshots(), reopened.Snapshots()); diff != "" {
+		t.Errorf("snapshots after reopening (-before +after):\n%s", diff)
+	}
+	// Snapshot IDs are never reused either.
+	var id string
+	if err := reopened.Update(func(d *Data) error {
+		id = d.NewSnapshotID()
+		d.Snapshots[id] = &Snapshot{ID: id}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if id != "snap-000003" {
+		t.Errorf("new snapshot ID %q, want snap-000003", id)
+	}
+}
+
+func TestOpenRemovesTemporaries(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(addVolume("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	// What a process killed between creating and renaming its temporary
+	// file leaves behind, and a file of someone else.
+	for _, name := range []string{".state.json.tmp-123", "other.json"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reopened, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(reopened.List()); n != 1 {
+		t.Errorf("%d volumes after reopening, want 1", n)
+	}
+	var names []string
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if diff := cmp.Diff([]string{"other.json", "state.json"}, names); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
+}
+
+func TestNewIDOutsideUpdatePanics(t *testing.T) {
+	s, err := Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("NewVolumeID within View did not panic")
+		}
+	}()
+	s.View(func(d *Data) { d.NewVolumeID() })
 }

@@ -13,7 +13,8 @@ import (
 
 // TestSanity runs the whole csi-sanity suite against a mock driver serving
 // controller and node on one socket, with a segment table, persisted state
-// and an attach limit (so TestNodeVolumeAttachLimit runs).
+// and an attach limit (so TestNodeVolumeAttachLimit runs), with snapshots,
+// cloning and volume modification (so their specs run).
 func TestSanity(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -56,6 +57,8 @@ func TestSanity(t *testing.T) {
 	cfg.TestNodeVolumeAttachLimit = true
 	cfg.IdempotentCount = 2
 	cfg.TestVolumeParameters = map[string]string{"type": "sanity"}
+	cfg.TestSnapshotParameters = map[string]string{"kind": "sanity"}
+	cfg.TestVolumeMutableParameters = map[string]string{"iops": "3000"}
 	sanity.Test(t, cfg)
 
 	// csi-sanity deletes what it created: nothing may be left, also not in
@@ -63,11 +66,17 @@ func TestSanity(t *testing.T) {
 	if vols := d.Volumes(); len(vols) != 0 {
 		t.Errorf("%d volumes left after csi-sanity, e.g. %+v", len(vols), vols[0])
 	}
+	if snaps := d.Snapshots(); len(snaps) != 0 {
+		t.Errorf("%d snapshots left after csi-sanity, e.g. %+v", len(snaps), snaps[0])
+	}
 	restarted, err := driver.New(driver.Config{Endpoint: "unix://" + socket, Mode: driver.ModeController, StateFile: filepath.Join(dir, "state.json")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if vols := restarted.Volumes(); len(vols) != 0 {
 		t.Errorf("the state file holds %d volumes after csi-sanity", len(vols))
+	}
+	if snaps := restarted.Snapshots(); len(snaps) != 0 {
+		t.Errorf("the state file holds %d snapshots after csi-sanity", len(snaps))
 	}
 }

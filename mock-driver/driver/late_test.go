@@ -1,0 +1,86 @@
+package driver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
+)
+
+// recordOf waits until the driver has recorded a CreateVolume of name and
+// returns the record.
+func recordOf(ctx context.Context, t *testing.T, d *Driver, name string) CreateRecord {
+	t.Helper()
+	var rec CreateRecord
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, r := range d.Requests() {
+			if r.Name == name {
+				rec = r
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no CreateVolume of %s recorded: %v", name, err)
+	}
+	return rec
+}
+
+// A late success outlives its caller: the caller's deadline passes, the
+// driver still creates the volume afterwards, and the caller's retry finds
+// it.
+func TestLateSuccess(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	d, c := serve(t, func(c *Config) {
+		c.Faults = []faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(3 * time.Second), LateSuccess: true, Count: 1}}
+	})
+	callCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := c.CreateVolume(callCtx, makeCreate("late", gi).requisite("z2").CreateVolumeRequest); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("code %v (%v), want DeadlineExceeded: the caller gives up first", status.Code(err), err)
+	}
+	rec := recordOf(ctx, t, d, "late")
+	if rec.Code != "OK" || !rec.CallerGone || !cmp.Equal(rec.Segment, zone("z2")) {
+		t.Errorf("record %+v, want OK in z2 with the caller gone", rec)
+	}
+	vols := d.Volumes()
+	if len(vols) != 1 || vols[0].ID != rec.Result {
+		t.Fatalf("volumes %+v, want the late one, %s", vols, rec.Result)
+	}
+	// The rule retired: the retry answers at once, with the same volume.
+	again, err := c.CreateVolume(ctx, makeCreate("late", gi).requisite("z2").CreateVolumeRequest)
+	if err != nil || again.GetVolume().GetVolumeId() != rec.Result {
+		t.Errorf("retry = %v, %v; want volume %s", again, err, rec.Result)
+	}
+}
+
+// A slow call without late success is given up with its caller: the
+// driver does not carry it out.
+func TestSlowCallGivenUp(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	d, c := serve(t, func(c *Config) {
+		c.Faults = []faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(time.Hour)}}
+	})
+	callCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.CreateVolume(callCtx, makeCreate("slow", gi).CreateVolumeRequest); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("code %v (%v), want DeadlineExceeded", status.Code(err), err)
+	}
+	rec := recordOf(ctx, t, d, "slow")
+	// The server sees the deadline pass, or the client cancel the call
+	// when it sees it pass first.
+	if (rec.Code != codes.DeadlineExceeded.String() && rec.Code != codes.Canceled.String()) || !rec.CallerGone {
+		t.Errorf("record %+v, want DeadlineExceeded or Canceled with the caller gone", rec)
+	}
+	if vols := d.Volumes(); len(vols) != 0 {
+		t.Errorf("volumes %+v after the caller gave up, want none", vols)
+	}
+}
