@@ -74,3 +74,22 @@ func TestAttributesClass(t *testing.T) {
 		})
 	}
 }
+
+// With upstream's VolumeAttributesClass=false gate the field is ignored,
+// as upstream does: no mutable parameters, no class on the PV.
+func TestAttributesClassIgnored(t *testing.T) {
+	cfg := sourceCaps
+	cfg.IgnoreAttributesClasses = true
+	e := newEnv(t, envOptions{cfg: cfg, nodes: threeZones, sources: true})
+	claim := makePVC("data", "zonal").withAttributesClass("missing")
+	pv, _, err := e.provision(t, claim.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
+	if err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	if p := e.csi.lastCreate(t).GetMutableParameters(); len(p) != 0 {
+		t.Errorf("mutable parameters %v, want none", p)
+	}
+	if pv.Spec.VolumeAttributesClassName != nil {
+		t.Errorf("PV volumeAttributesClassName = %q, want none", *pv.Spec.VolumeAttributesClassName)
+	}
+}
