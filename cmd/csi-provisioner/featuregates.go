@@ -35,15 +35,29 @@ var upstreamGates = []upstreamGate{
 	{name: "Topology", upstreamDefault: true, supported: []bool{true},
 		note: "GA; csi-provisioner is topology-aware by design, =false is refused"},
 	{name: "CrossNamespaceVolumeDataSource", upstreamDefault: false, supported: []bool{false},
-		note: "alpha; volume data sources are not supported, so =true is refused"},
-	{name: "VolumeAttributesClass", upstreamDefault: true, supported: []bool{false},
-		note: "GA upstream; VolumeAttributesClass parameters are not passed to the driver, so =true is refused (not setting it means false here)"},
+		note: "alpha; data sources in another namespace (ReferenceGrants) are not supported, so =true is refused; such claims get a Warning Event"},
+	{name: "VolumeAttributesClass", upstreamDefault: true, supported: []bool{true, false},
+		note: "GA; as upstream: =true passes the class's parameters as mutable_parameters and names the class on the PV, =false ignores spec.volumeAttributesClassName"},
 	{name: "ReleaseLeaderElectionOnExit", upstreamDefault: false, supported: []bool{true, false},
 		note: "alpha; the Lease is always released on SIGTERM, whichever the value"},
 	{name: "AllAlpha", upstreamDefault: false, supported: []bool{false},
 		note: "=true would enable CrossNamespaceVolumeDataSource, which is refused"},
 	{name: "AllBeta", upstreamDefault: false, supported: []bool{true, false},
 		note: "no effect: upstream has no beta gate"},
+}
+
+// enabled says whether a gate is on: its value when given, else its
+// upstream default.
+func (g featureGates) enabled(name string) bool {
+	if v, ok := g[name]; ok {
+		return v
+	}
+	for _, u := range upstreamGates {
+		if u.name == name {
+			return u.upstreamDefault
+		}
+	}
+	return false
 }
 
 // featureGates is the value of --feature-gates: key=value pairs separated

@@ -41,6 +41,8 @@ type config struct {
 	podName, podNamespace string
 	capacityQPS           float64
 	capacityBurst         int
+	// cloningProtectionThreads is upstream's --cloning-protection-threads.
+	cloningProtectionThreads uint
 }
 
 // newFlagSet registers every flag of csi-provisioner on a new FlagSet
@@ -70,6 +72,8 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.BoolVar(&p.StrictTopology, "strict-topology", false, "Delayed binding: requisite and preferred topology are exactly the selected node's segment.")
 	fs.BoolVar(&p.ImmediateTopology, "immediate-topology", true, "Immediate binding without allowedTopologies: send all known segments as requisite topology.")
 	fs.BoolVar(&p.ExtraCreateMetadata, "extra-create-metadata", false, "Add PVC name/namespace and PV name to CreateVolume parameters.")
+	fs.BoolVar(&p.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Refuse to restore a snapshot into another volume mode than its source had, unless its VolumeSnapshotContent carries snapshot.storage.kubernetes.io/allow-volume-mode-change=true.")
+	fs.UintVar(&c.cloningProtectionThreads, "cloning-protection-threads", 1, "Data sources (claims, snapshots) whose protection finalizer is checked at once; 0 means 1.")
 	fs.BoolVar(&p.ControllerPublishReadOnly, "controller-publish-readonly", false, "Mark the PV read-only (spec.csi.readOnly) when the claim's only access mode is ReadOnlyMany, so that ControllerPublishVolume is called read-only.")
 	fs.StringVar(&p.DefaultFSType, "default-fstype", "", "Filesystem type when the class sets none.")
 	fs.StringVar(&p.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix of CSI volume names.")
@@ -143,6 +147,7 @@ func (c config) validate() error {
 	if c.controller.WorkerThreads <= 0 {
 		return errors.New("--worker-threads must be positive")
 	}
+
 	if c.enableCapacity {
 		if _, err := c.ownerLevel(); err != nil {
 			return err

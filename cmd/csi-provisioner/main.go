@@ -121,6 +121,12 @@ func run(ctx context.Context, cfg config) error {
 	cc.Provisioner.DriverName = info.Name
 	cc.Provisioner.SupportsTopology = info.SupportsTopology
 	cc.Provisioner.SupportsSingleNodeMultiWriter = info.SupportsSingleNodeMultiWriter
+	cc.Provisioner.SupportsClone, cc.Provisioner.SupportsSnapshot = info.SupportsClone, info.SupportsSnapshot
+	cc.Provisioner.SupportsModify = info.SupportsModify
+	cc.Provisioner.IgnoreAttributesClasses = !cfg.featureGates.enabled("VolumeAttributesClass")
+	if cc.Sources, err = sourcesConfig(ctx, cfg, info, clients.Work, restCfg); err != nil {
+		return err
+	}
 	ctrl, err := provisioner.NewController(ctx, cc, clients, csi.NewControllerClient(conn))
 	if err != nil {
 		return err

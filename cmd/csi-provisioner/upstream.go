@@ -58,10 +58,10 @@ var upstreamFlags = []upstreamFlag{
 	{name: "retry-interval-start", upstreamDefault: "1s", status: compatSame},
 	{name: "retry-interval-max", upstreamDefault: "5m0s", status: compatSame},
 	{name: "worker-threads", upstreamDefault: "100", status: compatSame},
-	{name: "cloning-protection-threads", upstreamDefault: "1", status: compatIgnored,
-		note: "claims with a data source are refused, so no clone source ever carries the cloning-protection finalizer to remove"},
+	{name: "cloning-protection-threads", upstreamDefault: "1", status: compatSame,
+		note: "sources (claims and snapshots) whose protection finalizer is checked at once"},
 	{name: "snapshot-orphan-sweep-interval", upstreamDefault: "5m0s", status: compatIgnored,
-		note: "snapshot data sources are refused, so no snapshot ever carries a source-protection finalizer to sweep"},
+		note: "no sweep is needed: snapshot source-protection finalizers are removed on claim and snapshot events (also those of the initial list after a restart), not by a periodic sweep"},
 	{name: "capacity-threads", upstreamDefault: "1", status: compatIgnored,
 		note: "the capacity publisher refreshes from one loop (touched segments at once); there is no worker pool to size"},
 	{name: "timeout", upstreamDefault: "10s", status: compatSame},
@@ -89,8 +89,8 @@ var upstreamFlags = []upstreamFlag{
 	{name: "node-deployment-max-delay", upstreamDefault: "1m0s", status: compatIgnored,
 		note: "tunes --node-deployment, which is refused"},
 	{name: "controller-publish-readonly", upstreamDefault: "false", status: compatAdded},
-	{name: "prevent-volume-mode-conversion", upstreamDefault: "true", status: compatIgnored,
-		note: "it guards volume-mode changes of volumes restored from snapshots; claims with a data source are refused"},
+	{name: "prevent-volume-mode-conversion", upstreamDefault: "true", status: compatSame,
+		note: "a restore into another volume mode than the snapshot's source needs snapshot.storage.kubernetes.io/allow-volume-mode-change=true on its VolumeSnapshotContent"},
 	{name: "feature-gates", upstreamDefault: "", status: compatAdded,
 		note: "upstream's own gates only; see the feature gates table"},
 	{name: "version", upstreamDefault: "false", status: compatSame},
@@ -140,7 +140,6 @@ func addUpstreamOnlyFlags(fs *flag.FlagSet) {
 		panic("no upstream flag " + name) // a programming error, caught by the tests
 	}
 	fs.String("master", "", compat("master"))
-	fs.Uint("cloning-protection-threads", 1, compat("cloning-protection-threads"))
 	fs.Duration("snapshot-orphan-sweep-interval", defaultSnapshotSweep, compat("snapshot-orphan-sweep-interval"))
 	fs.Uint("capacity-threads", 1, compat("capacity-threads"))
 	fs.Bool("capacity-for-immediate-binding", false, compat("capacity-for-immediate-binding"))
@@ -148,7 +147,6 @@ func addUpstreamOnlyFlags(fs *flag.FlagSet) {
 	fs.Bool("node-deployment-immediate-binding", true, compat("node-deployment-immediate-binding"))
 	fs.Duration("node-deployment-base-delay", defaultNodeBaseDelay, compat("node-deployment-base-delay"))
 	fs.Duration("node-deployment-max-delay", defaultNodeMaxDelay, compat("node-deployment-max-delay"))
-	fs.Bool("prevent-volume-mode-conversion", true, compat("prevent-volume-mode-conversion"))
 	fs.String("leader-election-labels", "", compat("leader-election-labels"))
 	fs.BoolFunc("automaxprocs", compat("automaxprocs"), parseOptionalBool)
 }

@@ -19,6 +19,27 @@ type Config struct {
 	// SINGLE_NODE_MULTI_WRITER controller capability; it selects the CSI access
 	// modes used for ReadWriteOnce and ReadWriteOncePod.
 	SupportsSingleNodeMultiWriter bool
+	// SupportsClone is true when the driver advertises the CLONE_VOLUME
+	// controller capability; without it claims cloning a claim are refused.
+	SupportsClone bool
+	// SupportsSnapshot is true when the driver advertises the
+	// CREATE_DELETE_SNAPSHOT controller capability; without it claims
+	// restoring a VolumeSnapshot are refused.
+	SupportsSnapshot bool
+	// SupportsModify is true when the driver advertises the MODIFY_VOLUME
+	// controller capability; without it claims naming a
+	// VolumeAttributesClass are refused.
+	SupportsModify bool
+	// PreventVolumeModeConversion refuses a restore into another volume
+	// mode than the snapshot's source had, unless its VolumeSnapshotContent
+	// carries snapshot.storage.kubernetes.io/allow-volume-mode-change=true
+	// (upstream's --prevent-volume-mode-conversion, default true there and
+	// in csi-provisioner's flags; false here as Go's zero value).
+	PreventVolumeModeConversion bool
+	// IgnoreAttributesClasses ignores claims' spec.volumeAttributesClassName
+	// (upstream's VolumeAttributesClass=false feature gate): no
+	// mutable_parameters, no class on the PV.
+	IgnoreAttributesClasses bool
 	// StrictTopology restricts both requisite and preferred topology to the
 	// selected node's segment for delayed binding.
 	StrictTopology bool

@@ -42,6 +42,8 @@ type ControllerConfig struct {
 	Capacity *CapacityConfig
 	// Metrics, when set, receives the provisioner's metrics.
 	Metrics metrics.KubeRegistry
+	// Sources says which data-source APIs the cluster serves.
+	Sources SourcesConfig
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -102,6 +104,7 @@ type Controller struct {
 	// leading is true while this replica provisions (always, once running,
 	// without leader election).
 	leading atomic.Bool
+	sources *sourceWiring
 }
 
 // NewController wires a Provisioner for the driver behind csiClient.
@@ -142,7 +145,12 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		capacity = NewCapacityPublisher(cc, clients.Capacity, csiClient, index,
 			factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
 	}
+	sources, err := wireSources(ctx, cfg, clients, factory)
+	if err != nil {
+		return nil, err
+	}
 	deps := Deps{
+		Sources:    sources.sources,
 		CSI:        csiClient,
 		Secrets:    client.CoreV1(),
 		CSINodes:   csiNodes.Lister(),
@@ -191,7 +199,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(clients.Work, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
 	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
-		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes}, nil
+		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources}, nil
 }
 
 // RetryNow queues every claim without a volume and every PV that may need
@@ -223,7 +231,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.indexSynced...) {
 		return fmt.Errorf("segment index did not sync")
 	}
-	work := c.lib.Run
+	defer c.sources.broadcast.Shutdown()
+	if err := c.sources.start(ctx); err != nil {
+		return err
+	}
+	work := func(ctx context.Context) {
+		go c.sources.protection.Run(ctx)
+		c.lib.Run(ctx)
+	}
 	if c.capacity != nil {
 		c.capacityFactory.Start(ctx.Done())
 		defer c.capacityFactory.Shutdown()
@@ -232,9 +247,10 @@ func (c *Controller) Run(ctx context.Context) error {
 				return fmt.Errorf("informer cache for %v did not sync", typ)
 			}
 		}
+		run := work
 		work = func(ctx context.Context) {
 			go c.capacity.Run(ctx)
-			c.lib.Run(ctx)
+			run(ctx)
 		}
 	}
 	inner := work

@@ -24,6 +24,12 @@ type DriverInfo struct {
 	SupportsSingleNodeMultiWriter bool
 	// SupportsCapacity: the GET_CAPACITY controller capability.
 	SupportsCapacity bool
+	// SupportsClone: the CLONE_VOLUME controller capability.
+	SupportsClone bool
+	// SupportsSnapshot: the CREATE_DELETE_SNAPSHOT controller capability.
+	SupportsSnapshot bool
+	// SupportsModify: the MODIFY_VOLUME controller capability.
+	SupportsModify bool
 }
 
 // ErrDriverUnusable marks a driver the provisioner cannot work with: no
@@ -62,7 +68,7 @@ func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsMan
 		mm.SetDriverName(info.Name)
 	}
 	logger.Info("Connected to CSI driver", "driver", info.Name, "topology", info.SupportsTopology,
-		"capacity", info.SupportsCapacity)
+		"capacity", info.SupportsCapacity, "clone", info.SupportsClone, "snapshot", info.SupportsSnapshot, "modify", info.SupportsModify)
 	return conn, info, nil
 }
 
@@ -92,5 +98,8 @@ func queryDriver(ctx context.Context, conn *grpc.ClientConn) (DriverInfo, error)
 		SupportsTopology:              pluginCaps[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS],
 		SupportsSingleNodeMultiWriter: ctrlCaps[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER],
 		SupportsCapacity:              ctrlCaps[csi.ControllerServiceCapability_RPC_GET_CAPACITY],
+		SupportsClone:                 ctrlCaps[csi.ControllerServiceCapability_RPC_CLONE_VOLUME],
+		SupportsSnapshot:              ctrlCaps[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT],
+		SupportsModify:                ctrlCaps[csi.ControllerServiceCapability_RPC_MODIFY_VOLUME],
 	}, nil
 }

@@ -237,6 +237,9 @@ func driverChange(old, cur DriverInfo, usesCapacity bool) string {
 	}
 	describe("VOLUME_ACCESSIBILITY_CONSTRAINTS", old.SupportsTopology, cur.SupportsTopology)
 	describe("SINGLE_NODE_MULTI_WRITER", old.SupportsSingleNodeMultiWriter, cur.SupportsSingleNodeMultiWriter)
+	describe("CLONE_VOLUME", old.SupportsClone, cur.SupportsClone)
+	describe("CREATE_DELETE_SNAPSHOT", old.SupportsSnapshot, cur.SupportsSnapshot)
+	describe("MODIFY_VOLUME", old.SupportsModify, cur.SupportsModify)
 	if usesCapacity && old.SupportsCapacity && !cur.SupportsCapacity {
 		changes = append(changes, "GET_CAPACITY disappeared (--enable-capacity needs it)")
 	}

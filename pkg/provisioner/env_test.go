@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
@@ -115,6 +117,10 @@ type env struct {
 	mock   *driver.Driver
 	csi    *recordingCSI
 	p      *Provisioner
+	// with envOptions.sources:
+	snap       *snapfake.Clientset
+	events     *record.FakeRecorder
+	protection *SourceProtection
 }
 
 type envOptions struct {
@@ -125,6 +131,10 @@ type envOptions struct {
 	direct  ControllerClient  // replaces the mock (for failure injection at the client)
 	clock   clock.PassiveClock
 	metrics *Metrics
+	// sources wires data sources and VolumeAttributesClasses (listers,
+	// protection, an Event recorder); snapObjs seed the snapshot API.
+	sources  bool
+	snapObjs []runtime.Object
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -143,9 +153,24 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var srcs Sources
+	var snapCS *snapfake.Clientset
+	var events *record.FakeRecorder
+	var snapInformers *SnapshotInformers
+	if o.sources {
+		var si SnapshotInformers
+		srcs, snapCS, si, events = sourcesFor(t, cs, factory, o.snapObjs)
+		snapInformers = &si
+	}
 	ictx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	factory.Start(ictx.Done())
+	if snapInformers != nil {
+		snapInformers.Run(ictx)
+		if !cache.WaitForCacheSync(ictx.Done(), snapInformers.HasSynced) {
+			t.Fatal("snapshot informers did not sync")
+		}
+	}
 	for typ, ok := range factory.WaitForCacheSync(ictx.Done()) {
 		if !ok {
 			t.Fatalf("cache of %v did not sync", typ)
@@ -161,11 +186,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	cfg := o.cfg
 	cfg.DriverName = testDriver
 	p, err := New(cfg, Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog(),
-		Clock: o.clock, Metrics: o.metrics})
+		Clock: o.clock, Metrics: o.metrics, Sources: srcs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{ctx: ctx, client: cs, mock: mock, csi: rec, p: p}
+	return &env{ctx: ctx, client: cs, mock: mock, csi: rec, p: p, snap: snapCS, events: events, protection: srcs.Protection}
 }
 
 func (e *env) provision(t *testing.T, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass, node *v1.Node) (*v1.PersistentVolume, controller.ProvisioningState, error) {

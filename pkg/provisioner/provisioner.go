@@ -63,6 +63,10 @@ type Deps struct {
 	// Clock tells the time of full-segment marks. May be nil (the real
 	// clock).
 	Clock clock.PassiveClock
+	// Sources are the listers and the protection of data sources (clones,
+	// snapshots) and the VolumeAttributesClass lister. Each may be nil:
+	// claims needing it are refused with an Event. See datasource.go.
+	Sources
 }
 
 // Provisioner provisions and deletes volumes of one CSI driver. It implements
@@ -138,11 +142,15 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	if err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
+	if req.source, err = p.resolveSource(claim); err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+	req.setSource()
 	decision := "driver without topology support, no requirements"
 	// seg is the selected node's segment, nil for immediate binding.
 	var seg topology.Segment
 	if p.cfg.SupportsTopology {
-		reqs, err := p.requirements(opts, selectedNode)
+		reqs, err := p.requirements(opts, selectedNode, req.source)
 		if err != nil {
 			state, reason := requirementsState(err, delayed)
 			return p.fail(ctx, claim, req.csi.Name, state, reason, fmt.Errorf("computing topology requirements: %w", err))
@@ -174,6 +182,10 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		}
 	}
 
+	if err := p.protectSource(ctx, req.source); err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+
 	logger.V(5).Info("Calling CreateVolume", "request", protosanitizer.StripSecrets(req.csi))
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	resp, err := p.deps.CSI.CreateVolume(callCtx, req.csi)
@@ -195,6 +207,9 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	}
 
 	pv, err := p.buildPV(opts, req, resp)
+	if err == nil {
+		err = p.checkContentSource(req, resp.GetVolume())
+	}
 	if err != nil {
 		// The volume exists but cannot be described: remove it rather than leak it.
 		if derr := p.deleteVolume(ctx, resp.GetVolume().GetVolumeId(), req.csi.Secrets); derr != nil {
@@ -296,7 +311,7 @@ func (p *Provisioner) backgroundName(uid types.UID) (string, bool) {
 
 // requirements computes the accessibility requirements of a claim from
 // informer data and the segment index.
-func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string) (*csi.TopologyRequirement, error) {
+func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string, source *dataSource) (*csi.TopologyRequirement, error) {
 	in := topology.RequirementsInput{
 		Driver:            p.cfg.DriverName,
 		SelectedNode:      opts.SelectedNode,
@@ -306,6 +321,9 @@ func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNod
 		Immediate:         p.cfg.ImmediateTopology,
 		ClaimName:         opts.PVC.Name,
 		Index:             p.deps.Index,
+	}
+	if source != nil {
+		in.Source, in.SourceName = source.reach, source.String()
 	}
 	if selectedNode != "" {
 		csiNode, err := p.deps.CSINodes.Get(selectedNode)

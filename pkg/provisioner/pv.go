@@ -69,6 +69,17 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 			annDeletionSecretNamespace: ref.Namespace,
 		}
 	}
+	if ref := req.secrets[secretControllerModify]; ref != nil {
+		if pv.Annotations == nil {
+			pv.Annotations = map[string]string{}
+		}
+		pv.Annotations[annModifySecretName] = ref.Name
+		pv.Annotations[annModifySecretNamespace] = ref.Namespace
+	}
+	if req.attributesClass != "" {
+		name := req.attributesClass
+		pv.Spec.VolumeAttributesClassName = &name
+	}
 	return pv, nil
 }
 

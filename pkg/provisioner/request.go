@@ -78,14 +78,6 @@ func checkClaim(claim *v1.PersistentVolumeClaim) error {
 	if claim.Spec.Selector != nil {
 		return fmt.Errorf("%w: a claim with a label selector cannot be dynamically provisioned", ErrInvalidClaim)
 	}
-	if claim.Spec.DataSource != nil || claim.Spec.DataSourceRef != nil {
-		return fmt.Errorf("%w: volume data sources (snapshots, clones, populators) are not supported", ErrInvalidClaim)
-	}
-	if vac := claim.Spec.VolumeAttributesClassName; vac != nil && *vac != "" {
-		// Provisioning without the class's parameters would give the user a
-		// volume other than the one asked for: refuse until it is supported.
-		return fmt.Errorf("%w: VolumeAttributesClass %q is not supported by this csi-provisioner yet; the volume would be made without its parameters, so none is made", ErrInvalidClaim, *vac)
-	}
 	return nil
 }
 
@@ -94,6 +86,17 @@ type createRequest struct {
 	csi     *csi.CreateVolumeRequest
 	fsType  string
 	secrets map[secretKind]*v1.SecretReference
+	// source is the claim's data source, nil for an empty volume.
+	source *dataSource
+	// attributesClass is the claim's VolumeAttributesClass, "" for none.
+	attributesClass string
+}
+
+// setSource puts the data source's content into the CSI request.
+func (r *createRequest) setSource() {
+	if r.source != nil {
+		r.csi.VolumeContentSource = r.source.content
+	}
 }
 
 // buildCreateRequest validates the claim and class and assembles the
@@ -131,6 +134,14 @@ func (p *Provisioner) buildCreateRequest(opts controller.ProvisionOptions) (*cre
 	if err != nil {
 		return nil, err
 	}
+	var mutable map[string]string
+	attributesClass := ""
+	if !p.cfg.IgnoreAttributesClasses {
+		if mutable, err = p.mutableParameters(claim); err != nil {
+			return nil, err
+		}
+		attributesClass = attributesClassName(claim)
+	}
 	driverParams := params.driver
 	if p.cfg.ExtraCreateMetadata {
 		driverParams[paramPVCName] = claim.Name
@@ -143,8 +154,10 @@ func (p *Provisioner) buildCreateRequest(opts controller.ProvisionOptions) (*cre
 			CapacityRange:      capRange,
 			VolumeCapabilities: []*csi.VolumeCapability{capability},
 			Parameters:         driverParams,
+			MutableParameters:  mutable,
 		},
-		fsType:  fsType,
-		secrets: refs,
+		fsType:          fsType,
+		secrets:         refs,
+		attributesClass: attributesClass,
 	}, nil
 }

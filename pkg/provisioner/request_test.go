@@ -76,8 +76,7 @@ func TestCheckClaim(t *testing.T) {
 		{name: "plain claim"},
 		{name: "empty VolumeAttributesClass name", spec: v1.PersistentVolumeClaimSpec{VolumeAttributesClassName: &empty}},
 		{name: "label selector", spec: v1.PersistentVolumeClaimSpec{Selector: &metav1.LabelSelector{}}, wantErr: "label selector"},
-		{name: "data source", spec: v1.PersistentVolumeClaimSpec{DataSource: &v1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}}, wantErr: "data sources"},
-		{name: "VolumeAttributesClass", spec: v1.PersistentVolumeClaimSpec{VolumeAttributesClassName: &gold}, wantErr: `VolumeAttributesClass "gold" is not supported`},
+		{name: "VolumeAttributesClass (checked with the class, see vac_test.go)", spec: v1.PersistentVolumeClaimSpec{VolumeAttributesClassName: &gold}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,11 +22,15 @@ const (
 	secretNodePublish       secretKind = "node-publish"
 	secretControllerExpand  secretKind = "controller-expand"
 	secretNodeExpand        secretKind = "node-expand"
+	// secretControllerModify is for ControllerModifyVolume (the
+	// external-resizer's): it is recorded on the PV as annotations.
+	secretControllerModify secretKind = "controller-modify"
 )
 
 var secretKinds = []secretKind{
 	secretProvisioner, secretControllerPublish, secretNodeStage,
 	secretNodePublish, secretControllerExpand, secretNodeExpand,
+	secretControllerModify,
 }
 
 type secretField string
@@ -57,6 +61,13 @@ func secretParameter(key string) (secretKind, secretField, bool) {
 const (
 	annDeletionSecretName      = "volume.kubernetes.io/provisioner-deletion-secret-name"
 	annDeletionSecretNamespace = "volume.kubernetes.io/provisioner-deletion-secret-namespace"
+)
+
+// PV annotations that record the controller-modify secret for the
+// external-resizer's ControllerModifyVolume (upstream's names).
+const (
+	annModifySecretName      = "volume.kubernetes.io/controller-modify-secret-name"
+	annModifySecretNamespace = "volume.kubernetes.io/controller-modify-secret-namespace"
 )
 
 // ErrSecretTemplate marks a StorageClass secret template that cannot be

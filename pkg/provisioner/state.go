@@ -25,6 +25,10 @@ const (
 	// RescheduleVolumeNotAccessible: the driver made the volume in a segment
 	// the selected node cannot reach; it was deleted again.
 	RescheduleVolumeNotAccessible RescheduleReason = "VolumeNotAccessible"
+	// RescheduleSourceUnreachable: the selected node cannot reach the
+	// claim's data source (the volume a clone copies or a snapshot was taken
+	// of).
+	RescheduleSourceUnreachable RescheduleReason = "SourceUnreachable"
 )
 
 // createVolumeState maps a CreateVolume error onto the library's
@@ -54,6 +58,10 @@ func createVolumeState(err error, delayed bool) (controller.ProvisioningState, R
 // a ProvisioningState: a node that can never work sends the claim back to the
 // scheduler, anything else (a configuration error) is final.
 func requirementsState(err error, delayed bool) (controller.ProvisioningState, RescheduleReason) {
+	var ne *topology.NodeError
+	if delayed && errors.As(err, &ne) && ne.Reason == topology.SourceUnreachable {
+		return controller.ProvisioningReschedule, RescheduleSourceUnreachable
+	}
 	if delayed && errors.Is(err, topology.ErrNodeIneligible) {
 		return controller.ProvisioningReschedule, RescheduleNodeIneligible
 	}

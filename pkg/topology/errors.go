@@ -18,6 +18,11 @@ var ErrInvalidTopology = errors.New("invalid allowedTopologies")
 // allowedTopologies. It may heal when nodes with such segments register.
 var ErrNoAllowedSegment = errors.New("no allowed segment")
 
+// ErrSourceUnreachable says that no segment the volume may be placed in can
+// reach the claim's data source (an immediate-binding clone or restore). It
+// may heal when nodes register in a segment that reaches the source.
+var ErrSourceUnreachable = errors.New("data source unreachable")
+
 // NodeReason says why a node can never host a volume.
 type NodeReason string
 
@@ -35,6 +40,9 @@ const (
 	// OutsideAllowedTopologies: the node's labels do not satisfy the class's
 	// allowedTopologies.
 	OutsideAllowedTopologies NodeReason = "OutsideAllowedTopologies"
+	// SourceUnreachable: the node cannot reach the claim's data source (the
+	// volume a clone copies or a snapshot was taken of), see Reach.
+	SourceUnreachable NodeReason = "SourceUnreachable"
 )
 
 // NodeError says that a node can never host a volume, and why. It matches

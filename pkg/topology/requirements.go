@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
@@ -34,6 +35,13 @@ type RequirementsInput struct {
 	ClaimName string
 	// Index holds the segments known for the driver.
 	Index *Index
+	// Source is where the claim's data source (the volume a clone copies,
+	// or the volume a snapshot was taken of) can be read from; the zero
+	// Reach does not constrain anything.
+	Source Reach
+	// SourceName names the data source in errors, e.g.
+	// `PersistentVolumeClaim "ns/db"`.
+	SourceName string
 }
 
 // Requirements builds the accessibility requirements of CreateVolume.
@@ -76,6 +84,16 @@ type RequirementsInput struct {
 // same. With [{example.com/unknown in (x)}], which no node carries,
 // immediate binding fails with ErrNoAllowedSegment.
 //
+// A constrained Source narrows both modes to the segments that can reach
+// it (Reach.Segment): a delayed-binding node that cannot reach the source
+// (Reach.Node) is a *NodeError with reason SourceUnreachable, and an
+// immediate-binding claim whose candidate segments (the requisite above, or
+// every known segment when that is unrestricted) include none that reaches
+// the source fails with ErrSourceUnreachable. Example: the source PV's
+// affinity is zone in (z1); delayed on a node of z2: SourceUnreachable;
+// on a node of z1: requisite [zone=z1] only; immediate with segments z1,
+// z2, z3 known and no allowedTopologies: requisite [zone=z1].
+//
 // requisite is sorted by Segment.String.
 func Requirements(in RequirementsInput) (*csi.TopologyRequirement, error) {
 	if in.SelectedNodeName != "" {
@@ -116,6 +134,11 @@ func delayedRequirements(in RequirementsInput) (*csi.TopologyRequirement, error)
 		return nil, nodeError(name, OutsideAllowedTopologies,
 			"the node's segment %s is outside the StorageClass's allowedTopologies", seg)
 	}
+	if !in.Source.Node(name, in.SelectedNode.Labels) {
+		return nil, nodeError(name, SourceUnreachable,
+			"the node (segment %s) cannot reach the data source %s, whose volume is accessible from %s only",
+			seg, in.sourceName(), in.Source)
+	}
 	if in.Strict {
 		t := toCSI([]Segment{seg})
 		return &csi.TopologyRequirement{Requisite: t, Preferred: t}, nil
@@ -128,6 +151,7 @@ func delayedRequirements(in RequirementsInput) (*csi.TopologyRequirement, error)
 	default:
 		others, _ = in.Index.allowed(in.AllowedTopologies, keys)
 	}
+	others = in.Source.FilterSegments(others)
 	requisite := make([]Segment, 0, len(others)+1)
 	requisite = append(requisite, seg)
 	requisite = sortSegments(append(requisite, others...))
@@ -155,6 +179,17 @@ func immediateRequirements(in RequirementsInput) (*csi.TopologyRequirement, erro
 		}
 	case in.Immediate && in.Index != nil:
 		requisite = in.Index.allSegments()
+	}
+	if in.Source.Constrained() {
+		candidates := requisite
+		if len(candidates) == 0 && in.Index != nil {
+			candidates = in.Index.allSegments()
+		}
+		requisite = in.Source.FilterSegments(candidates)
+		if len(candidates) > 0 && len(requisite) == 0 {
+			return nil, fmt.Errorf("%w: the data source %s is accessible from %s only, and none of the %d segment(s) the volume may be placed in (%s) reaches it",
+				ErrSourceUnreachable, in.sourceName(), in.Source, len(candidates), formatSegments(candidates))
+		}
 	}
 	if len(requisite) == 0 {
 		return nil, nil
@@ -188,6 +223,27 @@ func allowedSegments(in RequirementsInput) ([]Segment, error) {
 		return nil, fmt.Errorf("%w: no node of CSI driver %q has labels satisfying any term of the StorageClass's allowedTopologies %s (%d node(s) of the driver report topology)",
 			ErrNoAllowedSegment, in.Driver, formatTerms(in.AllowedTopologies), nodes)
 	}
+}
+
+func (in RequirementsInput) sourceName() string {
+	if in.SourceName == "" {
+		return "(unnamed)"
+	}
+	return in.SourceName
+}
+
+// formatSegments lists up to five segments, then how many more.
+func formatSegments(segs []Segment) string {
+	const most = 5
+	parts := make([]string, 0, most+1)
+	for i, s := range segs {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("and %d more", len(segs)-most))
+			break
+		}
+		parts = append(parts, s.String())
+	}
+	return strings.Join(parts, ", ")
 }
 
 var statefulSetOrdinal = regexp.MustCompile(`^(.*)-([0-9]+)$`)

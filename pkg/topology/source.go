@@ -3,6 +3,7 @@ package topology
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -68,6 +69,42 @@ func (r Reach) Segment(seg Segment) bool {
 		}
 	}
 	return false
+}
+
+// String describes where the source can be read from, in node-selector
+// words: the required terms joined by " or ", the expressions of a term by
+// ", ", e.g. "zone in (z1)" or "zone in (z1), rack in (r1) or zone in (z2)";
+// "anywhere" when unconstrained.
+func (r Reach) String() string {
+	if !r.Constrained() {
+		return "anywhere"
+	}
+	terms := make([]string, 0, len(r.Affinity.Required.NodeSelectorTerms))
+	for _, term := range r.Affinity.Required.NodeSelectorTerms {
+		var exprs []string
+		for _, e := range term.MatchExpressions {
+			exprs = append(exprs, requirementString(e.Key, e))
+		}
+		for _, f := range term.MatchFields {
+			exprs = append(exprs, requirementString("node "+f.Key, f))
+		}
+		if len(exprs) == 0 {
+			exprs = append(exprs, "(an empty term, matching no node)")
+		}
+		terms = append(terms, strings.Join(exprs, ", "))
+	}
+	return strings.Join(terms, " or ")
+}
+
+func requirementString(key string, req v1.NodeSelectorRequirement) string {
+	op := strings.ToLower(string(req.Operator))
+	switch req.Operator {
+	case v1.NodeSelectorOpExists, v1.NodeSelectorOpDoesNotExist:
+		return key + " " + op
+	case v1.NodeSelectorOpGt, v1.NodeSelectorOpLt:
+		return key + " " + op + " " + strings.Join(req.Values, ",")
+	}
+	return key + " " + op + " (" + strings.Join(req.Values, ",") + ")"
 }
 
 // FilterSegments keeps the segments that can reach the source, in order.

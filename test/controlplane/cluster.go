@@ -41,6 +41,9 @@ type Options struct {
 	// Controllers are kube-controller-manager's controllers; default
 	// DefaultControllers.
 	Controllers []string
+	// SnapshotCRDs installs the VolumeSnapshot CRDs of the pinned
+	// external-snapshotter client module (see InstallSnapshotCRDs).
+	SnapshotCRDs bool
 }
 
 // DefaultControllers are the kube-controller-manager controllers (names
@@ -199,6 +202,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return err == nil, nil
 	}); err != nil {
 		return c, fmt.Errorf("default ServiceAccount never appeared: %w", err)
+	}
+	if opts.SnapshotCRDs {
+		if err := c.InstallSnapshotCRDs(sctx); err != nil {
+			return c, err
+		}
 	}
 	logger.Info("Control plane ready", "dir", dir, "server", c.server, "startup", time.Since(start).Round(time.Millisecond))
 	return c, nil

@@ -357,6 +357,11 @@ func (l *Lab) StopProvisioner() {
 	}
 }
 
+// ControllerSocket is the mock controller's CSI socket (a path), for tests
+// that call the driver as a sidecar other than the provisioner would (e.g.
+// CreateSnapshot, as the snapshotter).
+func (l *Lab) ControllerSocket() string { return l.controllerSock }
+
 // ControllerLogPath is the log file of the mock driver's controller.
 func (l *Lab) ControllerLogPath() string { return l.controller.LogPath() }
 

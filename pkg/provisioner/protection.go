@@ -1,0 +1,371 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/typed/volumesnapshot/v1"
+	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// indexDataSource indexes claims by the data source they are made from
+// (sourceKey.String()), so that "is a clone of X in flight" costs the
+// number of claims made from X, not the number of claims in the cluster.
+const indexDataSource = "csi-topology-provisioner/dataSource"
+
+// sourceKey identifies a data source: a claim or a VolumeSnapshot.
+type sourceKey struct {
+	kind, namespace, name string
+}
+
+// String is the key's index value: kind/namespace/name.
+func (k sourceKey) String() string { return k.kind + "/" + k.namespace + "/" + k.name }
+
+// claimSourceKey is the source a claim is made from, when the provisioner
+// serves it (a claim or a VolumeSnapshot of the claim's namespace).
+func claimSourceKey(claim *v1.PersistentVolumeClaim) (sourceKey, bool) {
+	ref := claimSourceRef(claim)
+	switch {
+	case ref == nil || ref.namespace != "" || ref.name == "":
+		return sourceKey{}, false
+	case ref.group == "" && ref.kind == kindClaim, ref.group == snapshotGroup && ref.kind == kindSnapshot:
+		return sourceKey{kind: ref.kind, namespace: claim.Namespace, name: ref.name}, true
+	}
+	return sourceKey{}, false
+}
+
+// claimsBySource is the claim informer's index function for indexDataSource.
+func claimsBySource(obj any) ([]string, error) {
+	claim, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return nil, nil
+	}
+	if key, ok := claimSourceKey(claim); ok {
+		return []string{key.String()}, nil
+	}
+	return nil, nil
+}
+
+// SourceProtectionConfig configures a SourceProtection.
+type SourceProtectionConfig struct {
+	// Claims is the shared claim informer; NewSourceProtection adds its
+	// index and handlers, so it must not have been started yet.
+	Claims cache.SharedIndexInformer
+	// ClaimLister reads claims from Claims.
+	ClaimLister corelisters.PersistentVolumeClaimLister
+	// ClaimClient writes the finalizer of source claims.
+	ClaimClient corev1client.PersistentVolumeClaimsGetter
+	// Snapshots (an informer not yet started), SnapshotLister and
+	// SnapshotClient serve VolumeSnapshot sources; all nil when the
+	// VolumeSnapshot API is not installed.
+	Snapshots      cache.SharedIndexInformer
+	SnapshotLister snaplisters.VolumeSnapshotLister
+	SnapshotClient snapclient.VolumeSnapshotsGetter
+	// Workers is the number of sources processed at once. Default 1.
+	Workers int
+}
+
+// SourceProtection keeps a finalizer on every data source while a claim
+// made from it has no volume yet (FinalizerCloneSource on a source claim,
+// FinalizerSnapshotSource on a VolumeSnapshot), so that the source cannot
+// go away while the driver copies it, and removes the finalizer once no
+// such claim is left: bound, deleted, or never provisioned. The provisioner
+// adds the finalizer (Protect) before its CreateVolume; this controller
+// removes it, driven by claim and snapshot events, so it also clears
+// finalizers left by a restart. Only its Run removes; Protect is safe for
+// concurrent use with Run.
+type SourceProtection struct {
+	cfg   SourceProtectionConfig
+	queue workqueue.TypedRateLimitingInterface[sourceKey]
+
+	// stripes serialize Protect and the removal of one source's finalizer:
+	// a removal decided before a new clone appeared cannot hide it.
+	stripes [64]sync.Mutex
+	mu      sync.Mutex
+	// released holds the sources whose finalizer this process removed and
+	// whose removal the informer has not shown yet: Protect must write
+	// even though its (stale) cache shows the finalizer.
+	released map[sourceKey]bool
+}
+
+// NewSourceProtection registers the claim index and the event handlers.
+func NewSourceProtection(cfg SourceProtectionConfig) (*SourceProtection, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	s := &SourceProtection{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[sourceKey](),
+			workqueue.TypedRateLimitingQueueConfig[sourceKey]{Name: "source-protection"}),
+		released: map[sourceKey]bool{},
+	}
+	if err := cfg.Claims.AddIndexers(cache.Indexers{indexDataSource: claimsBySource}); err != nil {
+		return nil, fmt.Errorf("indexing claims by data source: %w", err)
+	}
+	if _, err := cfg.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.claimChanged,
+		UpdateFunc: func(_, obj any) { s.claimChanged(obj) },
+		DeleteFunc: s.claimChanged,
+	}); err != nil {
+		return nil, fmt.Errorf("watching claims: %w", err)
+	}
+	if cfg.Snapshots != nil {
+		if _, err := cfg.Snapshots.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    s.snapshotChanged,
+			UpdateFunc: func(_, obj any) { s.snapshotChanged(obj) },
+		}); err != nil {
+			return nil, fmt.Errorf("watching snapshots: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// claimChanged queues the source a claim is made from, and the claim
+// itself when it carries the cloning-protection finalizer.
+func (s *SourceProtection) claimChanged(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	claim, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	if key, ok := claimSourceKey(claim); ok {
+		s.queue.Add(key)
+	}
+	self := sourceKey{kind: kindClaim, namespace: claim.Namespace, name: claim.Name}
+	if hasString(claim.Finalizers, FinalizerCloneSource) {
+		s.queue.Add(self)
+	} else {
+		s.seenWithout(self)
+	}
+}
+
+// seenWithout forgets that this process released a source, once the
+// informer shows it without the finalizer.
+func (s *SourceProtection) seenWithout(key sourceKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.released, key)
+}
+
+func (s *SourceProtection) snapshotChanged(obj any) {
+	snap, ok := obj.(*snapv1.VolumeSnapshot)
+	if !ok {
+		return
+	}
+	key := sourceKey{kind: kindSnapshot, namespace: snap.Namespace, name: snap.Name}
+	if hasString(snap.Finalizers, FinalizerSnapshotSource) {
+		s.queue.Add(key)
+	} else {
+		s.seenWithout(key)
+	}
+}
+
+func (s *SourceProtection) lock(key sourceKey) func() {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key.String()))
+	m := &s.stripes[h.Sum32()%uint32(len(s.stripes))]
+	m.Lock()
+	return m.Unlock
+}
+
+// inFlight reports whether a claim made from the source has no volume yet
+// and is not being deleted. Its cost is the number of claims made from the
+// source (an index lookup), whatever the number of claims in the cluster.
+func (s *SourceProtection) inFlight(key sourceKey) (bool, error) {
+	objs, err := s.cfg.Claims.GetIndexer().ByIndex(indexDataSource, key.String())
+	if err != nil {
+		return false, err
+	}
+	for _, obj := range objs {
+		if c, ok := obj.(*v1.PersistentVolumeClaim); ok && c.Spec.VolumeName == "" && c.DeletionTimestamp == nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Protect puts the source's finalizer on it (one API write, none when the
+// informer shows it there already). Call it before CreateVolume.
+func (s *SourceProtection) Protect(ctx context.Context, key sourceKey) error {
+	defer s.lock(key)()
+	s.mu.Lock()
+	released := s.released[key]
+	s.mu.Unlock()
+	var err error
+	switch key.kind {
+	case kindClaim:
+		err = s.protectClaim(ctx, key, released)
+	case kindSnapshot:
+		err = s.protectSnapshot(ctx, key, released)
+	}
+	if err == nil {
+		s.mu.Lock()
+		delete(s.released, key)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *SourceProtection) protectClaim(ctx context.Context, key sourceKey, released bool) error {
+	claim, err := s.cfg.ClaimLister.PersistentVolumeClaims(key.namespace).Get(key.name)
+	if err != nil {
+		return fmt.Errorf("protecting source claim %s: %w", key, err)
+	}
+	if hasString(claim.Finalizers, FinalizerCloneSource) && !released {
+		return nil
+	}
+	c := claim.DeepCopy()
+	if !hasString(c.Finalizers, FinalizerCloneSource) {
+		c.Finalizers = append(c.Finalizers, FinalizerCloneSource)
+	}
+	if _, err := s.cfg.ClaimClient.PersistentVolumeClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("adding finalizer %s to source claim %s/%s: %w", FinalizerCloneSource, c.Namespace, c.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Protecting clone source", "source", klog.KObj(c), "finalizer", FinalizerCloneSource)
+	return nil
+}
+
+func (s *SourceProtection) protectSnapshot(ctx context.Context, key sourceKey, released bool) error {
+	if s.cfg.SnapshotLister == nil {
+		return fmt.Errorf("protecting %s: the VolumeSnapshot API is not served", key)
+	}
+	snap, err := s.cfg.SnapshotLister.VolumeSnapshots(key.namespace).Get(key.name)
+	if err != nil {
+		return fmt.Errorf("protecting snapshot %s: %w", key, err)
+	}
+	if hasString(snap.Finalizers, FinalizerSnapshotSource) && !released {
+		return nil
+	}
+	c := snap.DeepCopy()
+	if !hasString(c.Finalizers, FinalizerSnapshotSource) {
+		c.Finalizers = append(c.Finalizers, FinalizerSnapshotSource)
+	}
+	_, err = s.cfg.SnapshotClient.VolumeSnapshots(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+	if apierrors.IsForbidden(err) {
+		// As upstream: a Role from before v6.3.0 may not allow updates of
+		// snapshots; restore without the protection rather than not at all.
+		klog.FromContext(ctx).Info("Cannot protect the snapshot with a finalizer (RBAC lacks update on volumesnapshots); restoring without protection",
+			"snapshot", klog.KObj(c), "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("adding finalizer %s to VolumeSnapshot %s/%s: %w", FinalizerSnapshotSource, c.Namespace, c.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Protecting snapshot source", "snapshot", klog.KObj(c), "finalizer", FinalizerSnapshotSource)
+	return nil
+}
+
+// Run removes finalizers until ctx is done; wait for the informers' caches
+// first.
+func (s *SourceProtection) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	go func() {
+		<-ctx.Done()
+		s.queue.ShutDown()
+	}()
+	var wg sync.WaitGroup
+	for range s.cfg.Workers {
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for s.processNext(ctx) {
+				}
+			}, time.Second)
+		})
+	}
+	wg.Wait()
+}
+
+func (s *SourceProtection) processNext(ctx context.Context) bool {
+	key, shutdown := s.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer s.queue.Done(key)
+	if err := s.sync(ctx, key); err != nil {
+		klog.FromContext(ctx).V(2).Info("Retrying source protection", "source", key.String(), "err", err)
+		s.queue.AddRateLimited(key)
+		return true
+	}
+	s.queue.Forget(key)
+	return true
+}
+
+// sync removes the source's finalizer when no claim made from it is in
+// flight.
+func (s *SourceProtection) sync(ctx context.Context, key sourceKey) error {
+	defer s.lock(key)()
+	var (
+		obj       metav1.Object
+		finalizer string
+		err       error
+	)
+	switch key.kind {
+	case kindClaim:
+		finalizer = FinalizerCloneSource
+		obj, err = s.cfg.ClaimLister.PersistentVolumeClaims(key.namespace).Get(key.name)
+	case kindSnapshot:
+		if s.cfg.SnapshotLister == nil {
+			return nil
+		}
+		finalizer = FinalizerSnapshotSource
+		obj, err = s.cfg.SnapshotLister.VolumeSnapshots(key.namespace).Get(key.name)
+	default:
+		return nil
+	}
+	if apierrors.IsNotFound(err) || (err == nil && !hasString(obj.GetFinalizers(), finalizer)) {
+		s.seenWithout(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if busy, err := s.inFlight(key); err != nil || busy {
+		return err
+	}
+	if err := s.removeFinalizer(ctx, key, obj, finalizer); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.released[key] = true
+	s.mu.Unlock()
+	klog.FromContext(ctx).V(2).Info("No claim made from the source is in flight any more: finalizer removed", "source", key.String(), "finalizer", finalizer)
+	return nil
+}
+
+func (s *SourceProtection) removeFinalizer(ctx context.Context, key sourceKey, obj metav1.Object, finalizer string) error {
+	var err error
+	switch o := obj.(type) {
+	case *v1.PersistentVolumeClaim:
+		c := o.DeepCopy()
+		c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == finalizer })
+		_, err = s.cfg.ClaimClient.PersistentVolumeClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+	case *snapv1.VolumeSnapshot:
+		c := o.DeepCopy()
+		c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == finalizer })
+		_, err = s.cfg.SnapshotClient.VolumeSnapshots(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing finalizer %s from %s: %w", finalizer, key, err)
+	}
+	return nil
+}
