@@ -125,6 +125,8 @@ type envOptions struct {
 	direct  ControllerClient  // replaces the mock (for failure injection at the client)
 	clock   clock.PassiveClock
 	metrics *Metrics
+	// records switches the durable in-flight record on (Deps.Claims).
+	records bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -160,8 +162,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	cfg := o.cfg
 	cfg.DriverName = testDriver
-	p, err := New(cfg, Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog(),
-		Clock: o.clock, Metrics: o.metrics})
+	deps := Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog(),
+		Clock: o.clock, Metrics: o.metrics}
+	if o.records {
+		deps.Claims = cs.CoreV1()
+	}
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
