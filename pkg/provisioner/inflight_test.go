@@ -312,6 +312,11 @@ func TestGuardAlreadyExists(t *testing.T) {
 			if tc.wantDeleted && len(rec.Events) != 1 {
 				t.Errorf("%d events, want one %s", len(rec.Events), ReasonVolumeNameTaken)
 			}
+			// The library's ProvisioningSucceeded Event of a deleted
+			// volume is dropped (see trimmedEvents).
+			if d, _ := e.p.deps.Decisions.Take("uid-data"); (d == decisionNameTaken) != tc.wantDeleted {
+				t.Errorf("decision %q, want the name-taken mark: %t", d, tc.wantDeleted)
+			}
 		})
 	}
 }
