@@ -43,6 +43,9 @@ type config struct {
 	capacityBurst         int
 	// cloningProtectionThreads is upstream's --cloning-protection-threads.
 	cloningProtectionThreads uint
+	// inFlightRecord is --in-flight-record (ControllerConfig.DisableInFlightRecord
+	// is its negation).
+	inFlightRecord bool
 }
 
 // newFlagSet registers every flag of csi-provisioner on a new FlagSet
@@ -92,6 +95,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.IntVar(&c.capacityBurst, "capacity-burst", 10, "Burst of the capacity publisher's own API client.")
 	fs.Float64Var(&c.capacityQPS, "kube-api-capacity-qps", 5, "Upstream's name of --capacity-qps (upstream's default is 1).")
 	fs.IntVar(&c.capacityBurst, "kube-api-capacity-burst", 10, "Upstream's name of --capacity-burst (upstream's default is 5).")
+	fs.BoolVar(&c.inFlightRecord, "in-flight-record", true, "Record on each claim, before its first CreateVolume, that a volume of its name may exist (finalizer "+provisioner.FinalizerInFlight+"), and delete that volume when the claim is deleted before it has a PV. false is UNSAFE: volumes leak as with upstream external-provisioner (its issues #486, #1469); it exists to show those leaks. See docs/operations.md.")
 	addUpstreamOnlyFlags(fs)
 	return fs, logOpts
 }

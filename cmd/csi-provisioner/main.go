@@ -117,6 +117,10 @@ func run(ctx context.Context, cfg config) error {
 			return err
 		}
 	}
+	cc.DisableInFlightRecord = !cfg.inFlightRecord
+	if cc.DisableInFlightRecord {
+		klog.FromContext(ctx).Info("WARNING: --in-flight-record=false: volumes created before a crash, or in a provision/delete race, can leak")
+	}
 	cc.Metrics = mm.GetRegistry()
 	cc.Provisioner.DriverName = info.Name
 	cc.Provisioner.SupportsTopology = info.SupportsTopology

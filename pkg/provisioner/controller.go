@@ -44,6 +44,10 @@ type ControllerConfig struct {
 	Metrics metrics.KubeRegistry
 	// Sources says which data-source APIs the cluster serves.
 	Sources SourcesConfig
+	// DisableInFlightRecord switches off the durable in-flight record
+	// (FinalizerInFlight, inflight.go). Unsafe: volumes can leak as they do
+	// with upstream external-provisioner; it exists to show those leaks.
+	DisableInFlightRecord bool
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -105,6 +109,9 @@ type Controller struct {
 	// without leader election).
 	leading atomic.Bool
 	sources *sourceWiring
+	// records clears the in-flight records of deleted claims; nil when the
+	// record is off.
+	records *recordKeeper
 }
 
 // NewController wires a Provisioner for the driver behind csiClient.
@@ -161,6 +168,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.Metrics != nil {
 		deps.Metrics = NewMetrics(cfg.Metrics)
 	}
+	if !cfg.DisableInFlightRecord {
+		deps.ClaimPatcher = client.CoreV1()
+	}
 	if capacity != nil {
 		capacity.metrics = deps.Metrics
 		deps.Capacity = capacity
@@ -179,6 +189,15 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if err != nil {
 		return nil, err
 	}
+	libClient := clients.Work
+	var records *recordKeeper
+	if p.records != nil {
+		if records, err = newRecordKeeper(ctx, p, claims, factory.Core().V1().PersistentVolumes().Lister(),
+			factory.Storage().V1().StorageClasses().Lister(), client.CoreV1(), clients.Events, cfg.Metrics); err != nil {
+			return nil, err
+		}
+		libClient = withRecordGuard(libClient, p, records.recorder)
+	}
 	libClaims, libVolumes := newReplayInformer(claims, pendingClaim), newReplayInformer(volumes, volumeToDelete)
 	opts := []func(*controller.ProvisionController) error{
 		controller.ClaimsInformer(libClaims),
@@ -196,10 +215,10 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		// the process when its context ends, so SIGTERM could not be clean.
 		controller.LeaderElection(false),
 	}
-	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(clients.Work, clients.Events, decisions),
+	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
 	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
-		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources}, nil
+		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, records: records}, nil
 }
 
 // RetryNow queues every claim without a volume and every PV that may need
@@ -257,6 +276,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	work = func(ctx context.Context) {
 		c.leading.Store(true)
 		defer c.leading.Store(false)
+		if c.records != nil {
+			// Records of claims deleted while no replica led are
+			// cleared before any new provisioning.
+			c.records.reconcile(ctx)
+			go c.records.run(ctx)
+		}
 		inner(ctx)
 	}
 	if !c.cfg.LeaderElection {

@@ -135,6 +135,8 @@ type envOptions struct {
 	// protection, an Event recorder); snapObjs seed the snapshot API.
 	sources  bool
 	snapObjs []runtime.Object
+	// records switches the durable in-flight record on (Deps.ClaimPatcher).
+	records bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -185,8 +187,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	cfg := o.cfg
 	cfg.DriverName = testDriver
-	p, err := New(cfg, Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog(),
-		Clock: o.clock, Metrics: o.metrics, Sources: srcs})
+	deps := Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog(),
+		Clock: o.clock, Metrics: o.metrics, Sources: srcs}
+	if o.records {
+		deps.ClaimPatcher = cs.CoreV1()
+	}
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,11 @@ func (e *trimmedEvents) rewrite(ev *v1.Event) (drop bool) {
 	case reasonProvisioning:
 		return true
 	case reasonProvisioningSucceeded:
-		if d, ok := e.log.Take(ev.InvolvedObject.UID); ok && d != "" {
+		d, ok := e.log.Take(ev.InvolvedObject.UID)
+		if ok && d == decisionNameTaken {
+			return true // the volume was deleted; VolumeNameTaken says why
+		}
+		if ok && d != "" {
 			ev.Message += ": " + d
 		}
 	}

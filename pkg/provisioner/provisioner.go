@@ -67,6 +67,11 @@ type Deps struct {
 	// snapshots) and the VolumeAttributesClass lister. Each may be nil:
 	// claims needing it are refused with an Event. See datasource.go.
 	Sources
+	// ClaimPatcher patches claims to hold the durable in-flight record
+	// (FinalizerInFlight) before each CreateVolume. nil switches the record
+	// off, which is unsafe: a volume created before a crash or a race can
+	// leak (inflight.go).
+	ClaimPatcher corev1client.PersistentVolumeClaimsGetter
 }
 
 // Provisioner provisions and deletes volumes of one CSI driver. It implements
@@ -84,6 +89,8 @@ type Provisioner struct {
 	deleted *deletedVolumes
 	// full remembers the segments recently found without room, per class.
 	full *fullSegments
+	// records is the durable in-flight record; nil when it is off.
+	records *inFlight
 }
 
 var (
@@ -101,7 +108,7 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
 	}
 	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
-		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics)}, nil
+		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlight(deps.ClaimPatcher)}, nil
 }
 
 // SupportsBlock reports that raw block claims are passed to the driver, which
@@ -112,7 +119,9 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 // documentation for how errors map onto the returned state.
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	start := time.Now()
+	defer p.records.enter(opts.PVC.UID)()
 	pv, state, err := p.provision(ctx, opts)
+	p.recordOutcome(opts.PVC.UID, pv)
 	var ignored *controller.IgnoredError
 	if errors.As(err, &ignored) {
 		return pv, state, err
@@ -186,6 +195,9 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningFinished, err
 	}
 
+	if state, err := p.openRecord(ctx, claim, req.csi); err != nil {
+		return nil, state, err
+	}
 	logger.V(5).Info("Calling CreateVolume", "request", protosanitizer.StripSecrets(req.csi))
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	resp, err := p.deps.CSI.CreateVolume(callCtx, req.csi)
@@ -275,7 +287,7 @@ func (p *Provisioner) fail(ctx context.Context, claim *v1.PersistentVolumeClaim,
 		p.rememberBackground(claim.UID, name)
 	case controller.ProvisioningReschedule:
 		if pending, ok := p.backgroundName(claim.UID); ok {
-			if derr := p.deleteVolume(ctx, pending, nil); derr != nil {
+			if derr := p.deleteInFlight(ctx, claim.UID, pending); derr != nil {
 				return nil, controller.ProvisioningInBackground,
 					fmt.Errorf("%w; not rescheduling yet: removing volume %q of the earlier attempt failed: %v", err, pending, derr)
 			}

@@ -1,0 +1,150 @@
+package provisioner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// withRecordGuard returns the clientset the provisioning library is given
+// when the in-flight record is on. It changes two calls of the library:
+//
+//   - A PV create that returns AlreadyExists, which the library takes for
+//     success (upstream external-provisioner #1469), is resolved: the
+//     existing PV is read from the API; if it holds this very volume for
+//     this claim and is not going away, the create is done. Otherwise
+//     another volume holds the name (the claim's earlier volume, deleted
+//     with its PV, or a PV someone else made): the new volume is deleted,
+//     a VolumeNameTaken Event says so, and the library is told the PV
+//     exists. A failed DeleteVolume returns an error, so that the library
+//     retries the create, and the resolution with it.
+//   - The library's claim Update that removes volume.kubernetes.io/selected-node
+//     (a reschedule) becomes a PATCH of that annotation: the record's
+//     PATCH before CreateVolume has changed the claim's resourceVersion, so
+//     the library's Update of the claim it holds would conflict.
+func withRecordGuard(client kubernetes.Interface, p *Provisioner, recorder record.EventRecorder) kubernetes.Interface {
+	return &guardClient{Interface: client, core: &guardCoreV1{CoreV1Interface: client.CoreV1(), p: p, recorder: recorder}}
+}
+
+// decisionNameTaken, recorded as a claim's decision, drops the library's
+// ProvisioningSucceeded Event of a volume whose PV name was taken (the
+// volume was deleted; the VolumeNameTaken Event tells).
+const decisionNameTaken = "\x00name taken"
+
+type guardClient struct {
+	kubernetes.Interface
+	core corev1client.CoreV1Interface
+}
+
+func (c *guardClient) CoreV1() corev1client.CoreV1Interface { return c.core }
+
+type guardCoreV1 struct {
+	corev1client.CoreV1Interface
+	p        *Provisioner
+	recorder record.EventRecorder
+}
+
+func (c *guardCoreV1) PersistentVolumes() corev1client.PersistentVolumeInterface {
+	return &guardPVs{PersistentVolumeInterface: c.CoreV1Interface.PersistentVolumes(), c: c}
+}
+
+func (c *guardCoreV1) PersistentVolumeClaims(namespace string) corev1client.PersistentVolumeClaimInterface {
+	return &guardClaims{PersistentVolumeClaimInterface: c.CoreV1Interface.PersistentVolumeClaims(namespace)}
+}
+
+type guardPVs struct {
+	corev1client.PersistentVolumeInterface
+	c *guardCoreV1
+}
+
+// Create creates pv and resolves AlreadyExists (see withRecordGuard).
+func (g *guardPVs) Create(ctx context.Context, pv *v1.PersistentVolume, opts metav1.CreateOptions) (*v1.PersistentVolume, error) {
+	out, err := g.PersistentVolumeInterface.Create(ctx, pv, opts)
+	if !apierrors.IsAlreadyExists(err) || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != g.c.p.cfg.DriverName {
+		return out, err
+	}
+	if rerr := g.resolve(ctx, pv); rerr != nil {
+		return nil, rerr
+	}
+	return out, err
+}
+
+// resolve decides about a PV create that found the name taken.
+func (g *guardPVs) resolve(ctx context.Context, pv *v1.PersistentVolume) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pv", pv.Name, "volumeHandle", pv.Spec.CSI.VolumeHandle)
+	existing, err := g.PersistentVolumeInterface.Get(ctx, pv.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// Gone meanwhile: the library's retry of the create will succeed.
+		return fmt.Errorf("PV %q existed and is gone, creating it again", pv.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("reading PV %q that already exists: %w", pv.Name, err)
+	}
+	if holdsSameVolume(existing, pv) {
+		logger.V(2).Info("PV already exists for this volume and claim")
+		return nil
+	}
+	logger.Info("PV name held by another volume, deleting the new volume", "existingVolumeHandle", handleOf(existing),
+		"existingDeleting", existing.DeletionTimestamp != nil, "existingPhase", existing.Status.Phase)
+	if err := g.c.p.delete(ctx, pv); err != nil {
+		return fmt.Errorf("PV %q is held by another volume; deleting new volume %q: %w", pv.Name, pv.Spec.CSI.VolumeHandle, err)
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		if g.c.p.deps.Decisions != nil {
+			g.c.p.deps.Decisions.Record(ref.UID, decisionNameTaken)
+		}
+		claim := &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID}
+		g.c.recorder.Eventf(claim, v1.EventTypeWarning, ReasonVolumeNameTaken,
+			"PV %q already exists for volume %q (being deleted: %t), not for the new volume %q, which was deleted; the claim is provisioned again once that PV is gone",
+			pv.Name, handleOf(existing), existing.DeletionTimestamp != nil, pv.Spec.CSI.VolumeHandle)
+	}
+	return nil
+}
+
+// holdsSameVolume: existing is the PV we meant to create, alive: same
+// driver and volume handle, same claim, not being deleted or released.
+func holdsSameVolume(existing, want *v1.PersistentVolume) bool {
+	if existing.Spec.CSI == nil || existing.Spec.CSI.Driver != want.Spec.CSI.Driver ||
+		existing.Spec.CSI.VolumeHandle != want.Spec.CSI.VolumeHandle {
+		return false
+	}
+	if existing.DeletionTimestamp != nil || existing.Status.Phase == v1.VolumeReleased || existing.Status.Phase == v1.VolumeFailed {
+		return false
+	}
+	if want.Spec.ClaimRef == nil {
+		return true
+	}
+	return existing.Spec.ClaimRef != nil && existing.Spec.ClaimRef.UID == want.Spec.ClaimRef.UID
+}
+
+func handleOf(pv *v1.PersistentVolume) string {
+	if pv.Spec.CSI == nil {
+		return ""
+	}
+	return pv.Spec.CSI.VolumeHandle
+}
+
+type guardClaims struct {
+	corev1client.PersistentVolumeClaimInterface
+}
+
+// Update sends a claim without volume.kubernetes.io/selected-node (the
+// library's reschedule, its only claim update) as a PATCH removing that
+// annotation, with the claim's UID as precondition; anything else as is.
+func (g *guardClaims) Update(ctx context.Context, claim *v1.PersistentVolumeClaim, opts metav1.UpdateOptions) (*v1.PersistentVolumeClaim, error) {
+	if _, ok := claim.Annotations[annSelectedNode]; ok || claim.UID == "" {
+		return g.PersistentVolumeClaimInterface.Update(ctx, claim, opts)
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": claim.UID,
+		"annotations": map[string]any{annSelectedNode: nil}}})
+	return g.Patch(ctx, claim.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{DryRun: opts.DryRun, FieldManager: opts.FieldManager})
+}

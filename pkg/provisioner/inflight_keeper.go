@@ -1,0 +1,287 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+)
+
+// recordWorkers is how many deleted claims' records are cleared at once.
+const recordWorkers = 8
+
+// recordKeeper clears the in-flight records of deleted claims: a claim that
+// carries FinalizerInFlight and is being deleted has its finalizer removed
+// once its PV exists or the volume of its name is deleted (see
+// Provisioner.clearVolume). It runs only while this replica leads, and
+// reconcile clears every such claim before the library starts provisioning.
+// It also counts the open records (claims with the finalizer and no bound
+// volume). Safe for concurrent use.
+type recordKeeper struct {
+	p        *Provisioner
+	claims   cache.SharedIndexInformer
+	pvs      corelisters.PersistentVolumeLister
+	classes  storagelisters.StorageClassLister
+	patcher  corev1client.PersistentVolumeClaimsGetter
+	recorder record.EventRecorder
+	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	metrics  *recordMetrics
+
+	mu   sync.Mutex
+	open map[types.UID]bool
+}
+
+// recordMetrics are the in-flight record's metrics. A nil *recordMetrics
+// records nothing.
+type recordMetrics struct {
+	open    *metrics.Gauge
+	cleared *metrics.CounterVec
+}
+
+func newRecordMetrics(reg metrics.KubeRegistry) *recordMetrics {
+	if reg == nil {
+		return nil
+	}
+	m := &recordMetrics{
+		open: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "in_flight_records",
+			Help: "Claims carrying the in-flight finalizer (" + FinalizerInFlight + ") without a bound volume: a volume of their name may exist without a PV."}),
+		cleared: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "in_flight_records_cleared_total",
+			Help: "In-flight records removed from deleted claims, by outcome: pv_exists (the PV governs the volume), deleted (the volume was deleted), nothing_created (the driver had no volume of that name), abandoned (the volume's ID could not be learnt; see the claim's InFlightVolumeAbandoned Event)."},
+			[]string{"outcome"}),
+	}
+	reg.MustRegister(m.open, m.cleared)
+	return m
+}
+
+func (m *recordMetrics) setOpen(n int) {
+	if m != nil {
+		m.open.Set(float64(n))
+	}
+}
+
+func (m *recordMetrics) clearedOne(o clearOutcome) {
+	if m != nil {
+		m.cleared.WithLabelValues(string(o)).Inc()
+	}
+}
+
+// newRecordKeeper watches claims for the records of p (which must have the
+// record on).
+func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedIndexInformer, pvs corelisters.PersistentVolumeLister,
+	classes storagelisters.StorageClassLister, patcher corev1client.PersistentVolumeClaimsGetter, events kubernetes.Interface,
+	reg metrics.KubeRegistry) (*recordKeeper, error) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: events.CoreV1().Events("")})
+	k := &recordKeeper{
+		p: p, claims: claims, pvs: pvs, classes: classes, patcher: patcher,
+		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-provisioner"}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](time.Second, 5*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "inflightrecords"}),
+		metrics: newRecordMetrics(reg),
+		open:    map[types.UID]bool{},
+	}
+	if _, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { k.observe(obj) },
+		UpdateFunc: func(_, obj any) { k.observe(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
+				k.setOpen(c.UID, false)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("watching claims for in-flight records: %w", err)
+	}
+	return k, nil
+}
+
+// observe counts a claim's record and queues a deleted claim that has one.
+func (k *recordKeeper) observe(obj any) {
+	c, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	has := HasInFlightFinalizer(c)
+	k.setOpen(c.UID, has && c.Spec.VolumeName == "")
+	if has && c.DeletionTimestamp != nil {
+		k.queue.Add(cache.MetaObjectToName(c))
+	}
+}
+
+func (k *recordKeeper) setOpen(uid types.UID, open bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if open {
+		k.open[uid] = true
+	} else {
+		delete(k.open, uid)
+	}
+	k.metrics.setOpen(len(k.open))
+}
+
+// reconcile clears the records of every deleted claim in the cache before
+// new work starts (on start and on each leader change); records it cannot
+// clear now are queued for retry.
+func (k *recordKeeper) reconcile(ctx context.Context) {
+	var pending []cache.ObjectName
+	for _, obj := range k.claims.GetStore().List() {
+		if c, ok := obj.(*v1.PersistentVolumeClaim); ok && HasInFlightFinalizer(c) && c.DeletionTimestamp != nil {
+			pending = append(pending, cache.MetaObjectToName(c))
+		}
+	}
+	if len(pending) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Clearing in-flight records of deleted claims before provisioning", "claims", len(pending))
+	work := make(chan cache.ObjectName)
+	var wg sync.WaitGroup
+	for range min(recordWorkers, len(pending)) {
+		wg.Go(func() {
+			for key := range work {
+				if err := k.sync(ctx, key); err != nil {
+					logger.Error(err, "Clearing in-flight record, will retry", "pvc", key)
+					k.queue.AddRateLimited(key)
+				}
+			}
+		})
+	}
+	for _, key := range pending {
+		work <- key
+	}
+	close(work)
+	wg.Wait()
+}
+
+// run clears records from the queue until ctx ends.
+func (k *recordKeeper) run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		k.queue.ShutDown()
+	}()
+	var wg sync.WaitGroup
+	for range recordWorkers {
+		wg.Go(func() {
+			for k.next(ctx) {
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (k *recordKeeper) next(ctx context.Context) bool {
+	key, shutdown := k.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer k.queue.Done(key)
+	err := k.sync(ctx, key)
+	switch {
+	case errors.Is(err, errRetryLater):
+		k.queue.AddAfter(key, time.Second)
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Clearing in-flight record, will retry", "pvc", key)
+		k.queue.AddRateLimited(key)
+	default:
+		k.queue.Forget(key)
+	}
+	return true
+}
+
+// sync clears the record of one deleted claim, if it has one.
+func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
+	obj, exists, err := k.claims.GetStore().GetByKey(key.String())
+	if err != nil || !exists {
+		return err
+	}
+	claim, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok || !HasInFlightFinalizer(claim) || claim.DeletionTimestamp == nil {
+		return nil
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim))
+	ctx = klog.NewContext(ctx, logger)
+	if k.hasPV(claim) {
+		return k.release(ctx, claim, clearMoot)
+	}
+	if k.p.records.recentlySucceeded(claim.UID) {
+		return errRetryLater
+	}
+	done, ok := k.p.records.tryClaim(claim.UID)
+	if !ok {
+		return errRetryLater
+	}
+	defer done()
+	outcome, detail, err := k.p.clearVolume(ctx, claim, k.class(claim))
+	if err != nil {
+		return err
+	}
+	name := volumeName(k.p.cfg.VolumeNamePrefix, claim.UID, k.p.cfg.VolumeNameUUIDLength)
+	switch outcome {
+	case clearDeleted:
+		k.recorder.Eventf(claim, v1.EventTypeNormal, ReasonInFlightVolumeDeleted,
+			"Deleted volume %q (ID %q), created for this claim before it was deleted and never given a PV", name, detail)
+	case clearAbandoned:
+		logger.Error(nil, "Removing the in-flight record without knowing that the volume is gone", "volume", name, "reason", detail)
+		k.recorder.Eventf(claim, v1.EventTypeWarning, ReasonInFlightVolumeAbandoned,
+			"Volume %q may remain in the driver without a PV: %s. Check the storage system and delete it there if it exists", name, detail)
+	}
+	return k.release(ctx, claim, outcome)
+}
+
+// hasPV reports whether the claim's volume is governed by a PV: the claim
+// is bound, or the PV of its deterministic name refers to it.
+func (k *recordKeeper) hasPV(claim *v1.PersistentVolumeClaim) bool {
+	if claim.Spec.VolumeName != "" {
+		return true
+	}
+	pv, err := k.pvs.Get("pvc-" + string(claim.UID))
+	return err == nil && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID
+}
+
+// class returns the claim's StorageClass if it still exists and is of this
+// driver, else nil.
+func (k *recordKeeper) class(claim *v1.PersistentVolumeClaim) *storagev1.StorageClass {
+	name := ""
+	if claim.Spec.StorageClassName != nil {
+		name = *claim.Spec.StorageClassName
+	}
+	class, err := k.classes.Get(name)
+	if err != nil || class.Provisioner != k.p.cfg.DriverName {
+		return nil
+	}
+	return class
+}
+
+// release removes the claim's record: one PATCH, with the claim's UID as
+// precondition so that a new claim of the same name keeps its own.
+func (k *recordKeeper) release(ctx context.Context, claim *v1.PersistentVolumeClaim, outcome clearOutcome) error {
+	_, err := k.patcher.PersistentVolumeClaims(claim.Namespace).Patch(ctx, claim.Name, types.StrategicMergePatchType,
+		removeFinalizerPatch(claim.UID), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("removing finalizer %s: %w", FinalizerInFlight, err)
+	}
+	k.p.records.done(claim.UID, false)
+	k.metrics.clearedOne(outcome)
+	klog.FromContext(ctx).V(2).Info("Removed in-flight record of deleted claim", "outcome", outcome)
+	return nil
+}

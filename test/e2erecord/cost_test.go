@@ -1,0 +1,149 @@
+package e2erecord
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// costClaims is how many claims TestRequestsPerVolume provisions.
+const costClaims = 20
+
+// response matches client-go's request log at -v=6.
+var response = regexp.MustCompile(`"Response" .*?verb="([A-Z]+)" url="([^"]+)"`)
+
+// requestCounts counts csi-provisioner's API requests in its log from
+// offset on, by "VERB resource" (watches excluded).
+func requestCounts(t *testing.T, path string, offset int64) (map[string]int, int64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, m := range response.FindAllStringSubmatch(string(data[offset:]), -1) {
+		u, err := url.Parse(m[2])
+		if err != nil || u.Query().Get("watch") == "true" {
+			continue
+		}
+		// /api/v1/[namespaces/<ns>/]<resource>[/<name>], /apis/<group>/<version>/...
+		parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+		if parts[0] == "apis" && len(parts) > 3 {
+			parts = parts[3:]
+		} else if len(parts) > 2 {
+			parts = parts[2:]
+		}
+		if len(parts) > 2 && parts[0] == "namespaces" {
+			parts = parts[2:]
+		}
+		resource := parts[0]
+		out[m[1]+" "+resource]++
+	}
+	return out, int64(len(data))
+}
+
+func describe(counts map[string]int, n int) string {
+	keys := make([]string, 0, len(counts))
+	total := 0
+	for k, v := range counts {
+		keys = append(keys, k)
+		total += v
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %-40s %4d  (%.2f per volume)\n", k, counts[k], float64(counts[k])/float64(n))
+	}
+	fmt.Fprintf(&b, "  %-40s %4d  (%.2f per volume)\n", "total", total, float64(total)/float64(n))
+	return b.String()
+}
+
+// TestRequestsPerVolume counts csi-provisioner's API requests (client-go's
+// request log at -v=6) for provisioning costClaims immediate-binding claims,
+// and for deleting them. With the in-flight record a provisioned volume
+// costs its claim PATCH (the finalizer), its PV create and one Event: at
+// most 3 requests, upstream's count without the record.
+func TestRequestsPerVolume(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	class := newClass(t, ctx, "rec-cost", storagev1.VolumeBindingImmediate)
+	if err := env.StartProvisioner("-v=6"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.StartProvisioner(); err != nil {
+			t.Errorf("restarting csi-provisioner: %v", err)
+		}
+	})
+	log := env.Provisioner().LogPath()
+	logHas(t, ctx, log, "Starting provisioner controller")
+	time.Sleep(2 * time.Second) // the informers' initial lists are done
+	_, offset := requestCounts(t, log, 0)
+
+	var claims []*v1.PersistentVolumeClaim
+	for i := range costClaims {
+		claims = append(claims, newClaim(t, ctx, ns, fmt.Sprintf("c%02d", i), class))
+	}
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		bound := 0
+		for _, c := range list.Items {
+			if c.Status.Phase == v1.ClaimBound {
+				bound++
+			}
+		}
+		return bound == costClaims, nil
+	}); err != nil {
+		t.Fatalf("claims not bound: %v", err)
+	}
+	var provision map[string]int
+	// Events are posted asynchronously: wait for one per volume.
+	_ = env.Cluster.WaitFor(ctx, 30*time.Second, func(context.Context) (bool, error) {
+		provision, _ = requestCounts(t, log, offset)
+		return provision["POST events"] >= costClaims, nil
+	})
+	time.Sleep(2 * time.Second)
+	provision, offset = requestCounts(t, log, offset)
+	t.Logf("csi-provisioner --in-flight-record=%t, requests for provisioning %d volumes:\n%s", *inFlightRecord, costClaims, describe(provision, costClaims))
+
+	for _, c := range claims {
+		deleteClaim(t, ctx, c)
+	}
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, pv := range pvs.Items {
+			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("PVs not deleted: %v", err)
+	}
+	time.Sleep(2 * time.Second)
+	deletion, _ := requestCounts(t, log, offset)
+	t.Logf("requests for deleting %d claims and their volumes:\n%s", costClaims, describe(deletion, costClaims))
+
+	total := 0
+	for _, v := range provision {
+		total += v
+	}
+	if total > 3*costClaims {
+		t.Errorf("%d requests for %d provisioned volumes, more than 3 per volume", total, costClaims)
+	}
+}

@@ -1,0 +1,251 @@
+// Package e2erecord reproduces, on the local control plane with the real
+// csi-provisioner and the mock driver, the volume leaks of upstream
+// external-provisioner that the durable in-flight record closes (#486,
+// #1469, #1437), and measures what the record costs in API requests.
+//
+// Each reproduction passes with the record and fails without it:
+//
+//	go test ./test/e2erecord/ -run TestUpstream -args -in-flight-record=false
+package e2erecord
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+)
+
+const (
+	driverName = lab.DriverName
+	timeout    = 90 * time.Second
+	// provisionerRole is the ClusterRole of deploy/kubernetes/base.
+	provisionerRole = "csi-topology-provisioner"
+)
+
+// inFlightRecord is passed to csi-provisioner as --in-flight-record; false
+// shows the upstream leaks.
+var inFlightRecord = flag.Bool("in-flight-record", true, "run csi-provisioner with --in-flight-record=<this>; false must make the TestUpstream* reproductions fail")
+
+var (
+	env    *lab.Lab
+	client kubernetes.Interface
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(ctx context.Context, c *controlplane.Cluster) error {
+		var err error
+		env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2"}, NodesPerZone: 1, CapacityBytes: 100 << 30,
+			ProvisionerArgs: []string{fmt.Sprintf("--in-flight-record=%t", *inFlightRecord)}})
+		client = c.Client
+		return err
+	}))
+}
+
+// newNamespace creates a namespace for one test and deletes it afterwards.
+func newNamespace(t *testing.T) (context.Context, string) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	name := "rec-" + strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+	})
+	return ctx, name
+}
+
+// newClass creates a StorageClass of the mock driver (reclaim Delete).
+func newClass(t *testing.T, ctx context.Context, name string, mode storagev1.VolumeBindingMode) string {
+	t.Helper()
+	reclaim := v1.PersistentVolumeReclaimDelete
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: driverName,
+		VolumeBindingMode: &mode, ReclaimPolicy: &reclaim}
+	if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.StorageV1().StorageClasses().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// newClaim creates a 1 GiB claim and returns it.
+func newClaim(t *testing.T, ctx context.Context, ns, name, class string) *v1.PersistentVolumeClaim {
+	t.Helper()
+	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pvc
+}
+
+// volumeName is the CSI volume name csi-provisioner gives a claim.
+func volumeName(pvc *v1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
+
+// driverVolumes returns the mock driver's volumes named name.
+func driverVolumes(t *testing.T, ctx context.Context, name string) []state.Volume {
+	t.Helper()
+	vols, err := env.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(vols, func(v state.Volume) bool { return v.Name != name })
+}
+
+// waitVolume waits until the driver has a volume named name.
+func waitVolume(t *testing.T, ctx context.Context, name string) state.Volume {
+	t.Helper()
+	var got []state.Volume
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		got = driverVolumes(t, ctx, name)
+		return len(got) > 0, nil
+	}); err != nil {
+		t.Fatalf("the driver never created volume %s: %v", name, err)
+	}
+	return got[0]
+}
+
+// waitCreated waits until the driver has answered a CreateVolume of name
+// with a volume, and returns its ID (the volume may be gone again).
+func waitCreated(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	id := ""
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		reqs, err := env.CreateRequests(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, r := range reqs {
+			if r.Name == name && r.Code == "OK" {
+				id = r.Result
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the driver never answered a CreateVolume of %s with a volume: %v", name, err)
+	}
+	return id
+}
+
+// leakedVolumes returns the driver's volumes named name that no PV of the
+// driver refers to.
+func leakedVolumes(ctx context.Context, name string) ([]state.Volume, error) {
+	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	handles := map[string]bool{}
+	for _, pv := range pvs.Items {
+		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == driverName {
+			handles[pv.Spec.CSI.VolumeHandle] = true
+		}
+	}
+	vols, err := env.Volumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(vols, func(v state.Volume) bool { return v.Name != name || handles[v.ID] }), nil
+}
+
+// waitNoLeak waits until every driver volume named name has a PV; it fails
+// the test (a leaked volume) otherwise.
+func waitNoLeak(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var leaked []state.Volume
+	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		l, err := leakedVolumes(ctx, name)
+		if err != nil {
+			return false, nil
+		}
+		leaked = l
+		return len(leaked) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("LEAK: after %s the driver keeps %d volume(s) named %s without a PV: %+v (csi-provisioner --in-flight-record=%t)",
+			timeout, len(leaked), name, leaked, *inFlightRecord)
+	}
+}
+
+// setPVCreate grants (true) or revokes (false) csi-provisioner's right to
+// create PVs, which holds a provision between CreateVolume and the PV: the
+// library retries the PV create in memory.
+func setPVCreate(t *testing.T, ctx context.Context, allow bool) {
+	t.Helper()
+	role, err := client.RbacV1().ClusterRoles().Get(ctx, provisionerRole, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range role.Rules {
+		if !slices.Contains(r.Resources, "persistentvolumes") {
+			continue
+		}
+		verbs := slices.DeleteFunc(slices.Clone(r.Verbs), func(v string) bool { return v == "create" })
+		if allow {
+			verbs = append(verbs, "create")
+		}
+		role.Rules[i] = rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: r.Resources, Verbs: verbs}
+	}
+	if _, err := client.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logHas waits until the file at path has a line containing every one of
+// parts.
+func logHas(t *testing.T, ctx context.Context, path string, parts ...string) {
+	t.Helper()
+	if err := env.Cluster.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false, nil
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no line with %q in %s: %v", parts, path, err)
+	}
+}
+
+// events returns the reasons of the Events of namespace ns.
+func eventReasons(t *testing.T, ctx context.Context, ns string) []string {
+	t.Helper()
+	list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Reason)
+	}
+	return out
+}
