@@ -72,6 +72,7 @@ require (
 	github.com/google/go-containerregistry v0.21.2
 	github.com/kubernetes-csi/csi-lib-utils v0.25.0
 	github.com/kubernetes-csi/csi-test/v5 v5.6.0
+	github.com/kubernetes-csi/external-snapshotter/client/v8 v8.4.0
 	github.com/spf13/cobra v1.10.2
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
