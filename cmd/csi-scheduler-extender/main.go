@@ -15,7 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
@@ -159,11 +161,30 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	snapClient, err := snapclient.NewForConfig(rest.CopyConfig(restCfg))
+	if err != nil {
+		return err
+	}
+	// nil when VolumeSnapshots are not served: the snapshot rule is off.
+	snapFactory, snapshots, err := scheduler.SnapshotInformer(ctx, snapClient)
+	if err != nil {
+		return err
+	}
+	core.SetSnapshots(snapshots)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer cache for %v did not sync", typ)
+		}
+	}
+	if snapFactory != nil {
+		snapFactory.Start(ctx.Done())
+		defer snapFactory.Shutdown()
+		for typ, ok := range snapFactory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer cache for %v did not sync", typ)
+			}
 		}
 	}
 

@@ -58,6 +58,9 @@ type Listers struct {
 	CSINodes storagelisters.CSINodeLister
 	// Capacities may be nil: capacity is then not checked.
 	Capacities CapacitySource
+	// Snapshots may be nil: a restore from a VolumeSnapshot is then not
+	// kept in reach of the snapshot's volume (clones still are).
+	Snapshots SnapshotSource
 }
 
 // Config configures a Core.
@@ -103,8 +106,15 @@ func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (
 	return c, nil
 }
 
+// Driver returns the CSI driver the Core serves.
+func (c *Core) Driver() string { return c.cfg.Driver }
+
 // IgnoreCapacity turns the capacity filter and score off. Call before use.
 func (c *Core) IgnoreCapacity() { c.l.Capacities = nil }
+
+// SetSnapshots has the Core follow a restore's VolumeSnapshot to the claim
+// it was taken of (nil turns that off). Call before use.
+func (c *Core) SetSnapshots(s SnapshotSource) { c.l.Snapshots = s }
 
 // Ledger returns the reservations in flight.
 func (c *Core) Ledger() *Ledger { return c.ledger }
@@ -117,6 +127,9 @@ type PendingClaim struct {
 	Class *storagev1.StorageClass
 	// Bytes is the claim's storage request.
 	Bytes int64
+	// Source is where the claim's data source can be read from, nil when
+	// it does not restrict the node.
+	Source *Source
 }
 
 // PodVolumes are the volumes of the driver a pod uses. Computed once per
@@ -172,7 +185,7 @@ func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
 			continue
 		}
 		size := claim.Spec.Resources.Requests[v1.ResourceStorage]
-		pv.Pending = append(pv.Pending, PendingClaim{Claim: claim, Class: class, Bytes: size.Value()})
+		pv.Pending = append(pv.Pending, PendingClaim{Claim: claim, Class: class, Bytes: size.Value(), Source: c.source(claim)})
 		pv.perClass[class.Name] += size.Value()
 		pv.own = append(pv.own, claim.UID)
 	}
@@ -251,6 +264,9 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 	for _, p := range pv.Pending {
 		if !topology.MatchLabels(p.Class.AllowedTopologies, node.Labels) {
 			return unresolvable(ReasonOutsideAllowedTopologies, "node %s is outside the allowedTopologies of class %s", node.Name, p.Class.Name)
+		}
+		if p.Source != nil && !p.Source.Reach.Node(node.Name, node.Labels) {
+			return &Status{Reason: ReasonDataSourceUnreachable, Message: p.Source.Message, Unresolvable: true}
 		}
 	}
 	if st := c.filterLimit(pv, node); st != nil {

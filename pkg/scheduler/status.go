@@ -19,6 +19,11 @@ const (
 	// ReasonOutsideAllowedTopologies means the node's labels do not satisfy the
 	// allowedTopologies of a pending claim's class. Unresolvable.
 	ReasonOutsideAllowedTopologies Reason = "OutsideAllowedTopologies"
+	// ReasonDataSourceUnreachable means a pending claim's data source (the
+	// claim it clones, or the claim its VolumeSnapshot was taken of) is
+	// bound to a volume whose node affinity excludes the node, so the copy
+	// cannot be made where the node can use it. Unresolvable.
+	ReasonDataSourceUnreachable Reason = "DataSourceUnreachable"
 	// ReasonVolumeLimitExceeded means the pod's new volumes, added to what the
 	// node already counts (attached, pending and reserved in flight), exceed
 	// the node's attach limit for the driver. Resolvable: evicting pods

@@ -39,15 +39,20 @@ func (f fakeCore) Score(_ *scheduler.PodVolumes, n *v1.Node) int64 { return f.sc
 
 func server(t *testing.T, core Core, nodes ...string) *httptest.Server {
 	t.Helper()
-	logger, _ := ktesting.NewTestContext(t)
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, n := range nodes {
 		if err := idx.Add(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return serverWithNodes(t, core, corelisters.NewNodeLister(idx))
+}
+
+func serverWithNodes(t *testing.T, core Core, nodes corelisters.NodeLister) *httptest.Server {
+	t.Helper()
+	logger, _ := ktesting.NewTestContext(t)
 	mux := http.NewServeMux()
-	New(core, corelisters.NewNodeLister(idx), logger, nil).Register(mux)
+	New(core, nodes, logger, nil).Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -69,7 +74,11 @@ func post(t *testing.T, url, body string, out any) int {
 }
 
 func args(names ...string) string {
-	data, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}, NodeNames: &names})
+	return argsFor(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}, names...)
+}
+
+func argsFor(pod *v1.Pod, names ...string) string {
+	data, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
 	return string(data)
 }
 

@@ -8,13 +8,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	sigsjson "sigs.k8s.io/json"
+
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 )
@@ -51,6 +55,7 @@ var (
 	_ fwk.PreScorePlugin  = &Plugin{}
 	_ fwk.ScorePlugin     = &Plugin{}
 	_ fwk.ReservePlugin   = &Plugin{}
+	_ fwk.SignPlugin      = &Plugin{}
 )
 
 // DecodeArgs reads the plugin's arguments from a scheduler configuration
@@ -98,9 +103,43 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if args.Capacity != nil && !*args.Capacity {
 		core.IgnoreCapacity()
 	}
+	if err := followSnapshots(ctx, core, h.KubeConfig()); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
 	klog.FromContext(ctx).Info("CSITopology plugin ready", "driver", args.DriverName,
 		"freeCapacityWeight", args.ScoreWeights.FreeCapacity, "volumeHeadroomWeight", args.ScoreWeights.VolumeHeadroom)
 	return &Plugin{core: core, handle: h}, nil
+}
+
+// snapshotSyncTimeout bounds how long New waits for the VolumeSnapshot
+// cache; until it fills, a restore is not kept in reach of its snapshot.
+const snapshotSyncTimeout = 30 * time.Second
+
+// followSnapshots gives the core a VolumeSnapshot informer of its own (the
+// framework's informer factory has only built-in types), started on ctx,
+// when the API serves VolumeSnapshots.
+func followSnapshots(ctx context.Context, core *scheduler.Core, cfg *rest.Config) error {
+	if cfg == nil {
+		return nil // a framework without a kubeconfig (tests): snapshots off
+	}
+	client, err := snapclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	factory, source, err := scheduler.SnapshotInformer(ctx, client)
+	if err != nil || factory == nil {
+		return err
+	}
+	core.SetSnapshots(source)
+	factory.Start(ctx.Done())
+	sctx, cancel := context.WithTimeout(ctx, snapshotSyncTimeout)
+	defer cancel()
+	for typ, ok := range factory.WaitForCacheSync(sctx.Done()) {
+		if !ok {
+			klog.FromContext(ctx).Info("VolumeSnapshot cache not synced yet; restores are kept in reach of their snapshot once it is", "type", typ)
+		}
+	}
+	return nil
 }
 
 // Name implements fwk.Plugin.
@@ -201,4 +240,33 @@ func (p *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ st
 	if pv, ok := read(cs); ok {
 		p.core.Unreserve(pv)
 	}
+}
+
+// signatureKey names the plugin's fragment of a pod's signature: the pod's
+// claims of the driver as the core reads them (scheduler.PodVolumes.Signature).
+func (p *Plugin) signatureKey() string {
+	return "v1.Pod.Spec.Volumes.PersistentVolumeClaims()." + Name + "(" + p.core.Driver() + ")"
+}
+
+// SignPod implements fwk.SignPlugin, so that the profile keeps
+// kube-scheduler's pod-signature batching (KEP-5598) on: pods with the same
+// signature may reuse the previous pod's node ranking. The signature holds
+// what PreFilter, Filter and Score read of the pod: its volume sources
+// (the key VolumeBinding also uses) and its claims of the driver with their
+// class, request, data source and bound volume
+// (scheduler.PodVolumes.Signature). A pod whose claim does not exist yet is
+// not signed (PreFilter rejects it anyway).
+func (p *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	pv, err := p.core.PodVolumes(pod)
+	if errors.Is(err, scheduler.ErrClaimNotFound) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with a missing claim are not signable")
+	}
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	frags := []fwk.SignFragment{{Key: fwk.VolumesSignerName, Value: fwk.VolumesSigner(pod)}}
+	if pv != nil {
+		frags = append(frags, fwk.SignFragment{Key: p.signatureKey(), Value: pv.Signature()})
+	}
+	return frags, nil
 }

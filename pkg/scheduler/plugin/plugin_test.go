@@ -112,25 +112,9 @@ func TestDeployedArgs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			data, err := os.ReadFile(tc.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var cm v1.ConfigMap
-			if err := yaml.Unmarshal(data, &cm); err != nil {
-				t.Fatal(err)
-			}
-			text := cm.Data["config.yaml"]
+			text, cfg := shippedConfig(t, tc.path)
 			if !strings.Contains(text, "scoreWeights:") {
 				t.Errorf("%s does not show scoreWeights", tc.path)
-			}
-			obj, _, err := schedscheme.Codecs.UniversalDecoder().Decode([]byte(text), nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, ok := obj.(*schedconfig.KubeSchedulerConfiguration)
-			if !ok {
-				t.Fatalf("decoded a %T", obj)
 			}
 			found := false
 			for _, p := range cfg.Profiles {
@@ -149,6 +133,30 @@ func TestDeployedArgs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shippedConfig reads the KubeSchedulerConfiguration of a ConfigMap file
+// in deploy/, as text and decoded (with kube-scheduler's defaults).
+func shippedConfig(t *testing.T, path string) (string, *schedconfig.KubeSchedulerConfiguration) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm v1.ConfigMap
+	if err := yaml.Unmarshal(data, &cm); err != nil {
+		t.Fatal(err)
+	}
+	text := cm.Data["config.yaml"]
+	obj, _, err := schedscheme.Codecs.UniversalDecoder().Decode([]byte(text), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, ok := obj.(*schedconfig.KubeSchedulerConfiguration)
+	if !ok {
+		t.Fatalf("decoded a %T", obj)
+	}
+	return text, cfg
 }
 
 func TestExtensionPoints(t *testing.T) {

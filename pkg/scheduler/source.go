@@ -1,0 +1,147 @@
+package scheduler
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+// Data source kinds the filter follows: a clone of a claim and a restore of
+// a VolumeSnapshot (group snapshot.storage.k8s.io).
+const (
+	kindClaim     = "PersistentVolumeClaim"
+	kindSnapshot  = "VolumeSnapshot"
+	snapshotGroup = "snapshot.storage.k8s.io"
+)
+
+// SnapshotSource is the read side of the VolumeSnapshot objects that the
+// Core depends upon. Implementations are safe for concurrent use;
+// NewSnapshotSource implements it on an informer.
+type SnapshotSource interface {
+	// SnapshotClaim returns the claim a VolumeSnapshot was taken of
+	// (spec.source.persistentVolumeClaimName, in the snapshot's namespace),
+	// false when the snapshot is not known or was made from a
+	// pre-provisioned VolumeSnapshotContent. Cost: one lookup by key.
+	SnapshotClaim(namespace, name string) (string, bool)
+}
+
+// Source is where the data of a pending claim comes from, when that source
+// restricts where the claim's volume can be made: a clone can only be made
+// where the volume it copies is reachable, and a restore where the volume
+// the snapshot was taken of is (the driver has the last word; the filter
+// keeps pods off nodes that obviously cannot work).
+type Source struct {
+	// Reach is the source volume's node affinity; always constrained.
+	Reach topology.Reach
+	// Message is Filter's message for a node Reach excludes, e.g.
+	// "claim ns/c clones ns/src, whose volume is reachable only from
+	// topology.kubernetes.io/zone in (z1)". Built once per pod.
+	Message string
+}
+
+// source resolves a pending claim's data source (dataSourceRef, else
+// dataSource) to the node affinity of the source volume. nil means no
+// constraint: no data source, another kind (a populator), another
+// namespace (not supported by csi-provisioner, which says so on the
+// claim), a source claim or PV not (yet) known or unbound, a snapshot
+// unknown or of no claim, snapshots not served, or a source volume without
+// required node affinity. Cost: at most four lister lookups.
+func (c *Core) source(claim *v1.PersistentVolumeClaim) *Source {
+	group, kind, ns, name := dataSource(claim)
+	if name == "" || ns != claim.Namespace {
+		return nil
+	}
+	var what, of string
+	switch {
+	case group == "" && kind == kindClaim:
+		what, of = fmt.Sprintf("clones %s/%s", ns, name), name
+	case group == snapshotGroup && kind == kindSnapshot && c.l.Snapshots != nil:
+		src, ok := c.l.Snapshots.SnapshotClaim(ns, name)
+		if !ok {
+			return nil
+		}
+		what, of = fmt.Sprintf("restores snapshot %s/%s of %s/%s", ns, name, ns, src), src
+	default:
+		return nil
+	}
+	srcClaim, err := c.l.Claims.PersistentVolumeClaims(ns).Get(of)
+	if err != nil || srcClaim.Spec.VolumeName == "" {
+		return nil
+	}
+	pv, err := c.l.Volumes.Get(srcClaim.Spec.VolumeName)
+	if err != nil {
+		return nil
+	}
+	reach := topology.Reach{Affinity: pv.Spec.NodeAffinity}
+	if !reach.Constrained() {
+		return nil
+	}
+	return &Source{Reach: reach, Message: fmt.Sprintf("claim %s/%s %s, whose volume is reachable only from %s",
+		claim.Namespace, claim.Name, what, describeTerms(pv.Spec.NodeAffinity.Required.NodeSelectorTerms))}
+}
+
+// dataSource returns a claim's data source: dataSourceRef when set (it may
+// name another namespace), else dataSource (always the claim's namespace).
+func dataSource(claim *v1.PersistentVolumeClaim) (group, kind, ns, name string) {
+	ns = claim.Namespace
+	if ref := claim.Spec.DataSourceRef; ref != nil {
+		if ref.APIGroup != nil {
+			group = *ref.APIGroup
+		}
+		if ref.Namespace != nil && *ref.Namespace != "" {
+			ns = *ref.Namespace
+		}
+		return group, ref.Kind, ns, ref.Name
+	}
+	if ref := claim.Spec.DataSource; ref != nil {
+		if ref.APIGroup != nil {
+			group = *ref.APIGroup
+		}
+		return group, ref.Kind, ns, ref.Name
+	}
+	return "", "", ns, ""
+}
+
+// describeTerms renders required node selector terms in label selector
+// syntax, terms joined by " or ": e.g. "topology.kubernetes.io/zone in (z1)"
+// or "zone in (z1),rack notin (r2) or metadata.name in (n7)".
+func describeTerms(terms []v1.NodeSelectorTerm) string {
+	parts := make([]string, 0, len(terms))
+	for _, term := range terms {
+		var reqs []string
+		for _, r := range term.MatchExpressions {
+			reqs = append(reqs, describeRequirement(r))
+		}
+		for _, r := range term.MatchFields {
+			reqs = append(reqs, describeRequirement(r))
+		}
+		if len(reqs) == 0 {
+			reqs = append(reqs, "nowhere")
+		}
+		parts = append(parts, strings.Join(reqs, ","))
+	}
+	return strings.Join(parts, " or ")
+}
+
+var operators = map[v1.NodeSelectorOperator]selection.Operator{
+	v1.NodeSelectorOpIn: selection.In, v1.NodeSelectorOpNotIn: selection.NotIn,
+	v1.NodeSelectorOpExists: selection.Exists, v1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
+	v1.NodeSelectorOpGt: selection.GreaterThan, v1.NodeSelectorOpLt: selection.LessThan,
+}
+
+// describeRequirement renders one requirement as a label selector does
+// ("key in (a,b)", "!key", "key>3"), or plainly when it is not a valid
+// label requirement.
+func describeRequirement(r v1.NodeSelectorRequirement) string {
+	if op, ok := operators[r.Operator]; ok {
+		if req, err := labels.NewRequirement(r.Key, op, r.Values); err == nil {
+			return req.String()
+		}
+	}
+	return fmt.Sprintf("%s %s %v", r.Key, r.Operator, r.Values)
+}

@@ -1,0 +1,158 @@
+package scheduler
+
+import (
+	"testing"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// zoneAffinity is a PV node affinity: one term per zone list.
+func zoneAffinity(zones ...string) *v1.VolumeNodeAffinity {
+	return &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+		MatchExpressions: []v1.NodeSelectorRequirement{{Key: zoneKey, Operator: v1.NodeSelectorOpIn, Values: zones}}}}}}
+}
+
+// cloneOf is a pending claim of class "fast" whose dataSource is the claim
+// src (with dataSourceRef too when ref).
+func cloneOf(name, src string, ref bool) *v1.PersistentVolumeClaim {
+	c := claim(name, "fast", gi)
+	c.Spec.DataSource = &v1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: src}
+	if ref {
+		c.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: src}
+	}
+	return c
+}
+
+// restoreOf is a pending claim of class "fast" restoring snapshot snap.
+func restoreOf(name, snap string) *v1.PersistentVolumeClaim {
+	c := claim(name, "fast", gi)
+	c.Spec.DataSourceRef = &v1.TypedObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: snap}
+	c.Spec.DataSource = &v1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: snap}
+	return c
+}
+
+func snapshot(name string, claim *string) *snapshotv1.VolumeSnapshot {
+	return &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: claim}}}
+}
+
+// sourceWorld: nodes n1 (z1) and n2 (z2) with the driver; claim "src" bound
+// to pv-src reachable from z1 only, "src-free" bound to a PV without
+// affinity, "src-unbound" pending; snapshots "snap" of src, "snap-free" of
+// src-free, "snap-content" of a pre-provisioned content, "snap-gone" of a
+// claim that no longer exists.
+func sourceWorld(t *testing.T, withSnapshots bool) (*world, *Core) {
+	t.Helper()
+	w := newWorld(t)
+	withCounterIndexes(t, w)
+	w.add(t, w.classes, class("fast"))
+	w.add(t, w.nodes, node("n1", "z1"), node("n2", "z2"))
+	w.add(t, w.csiNodes, csiNode("n1", nil, driver), csiNode("n2", nil, driver))
+	src := csiVolume("pv-src", "h-src")
+	src.Spec.NodeAffinity = zoneAffinity("z1")
+	w.add(t, w.volumes, src, csiVolume("pv-free", "h-free"))
+	w.add(t, w.claims, boundClaim("src", "pv-src"), boundClaim("src-free", "pv-free"), claim("src-unbound", "fast", gi))
+	c := w.core(t, nil)
+	if withSnapshots {
+		snaps := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		w.add(t, snaps, snapshot("snap", ptr.To("src")), snapshot("snap-free", ptr.To("src-free")),
+			snapshot("snap-content", nil), snapshot("snap-gone", ptr.To("deleted")))
+		c.SetSnapshots(NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps)))
+	}
+	return w, c
+}
+
+func TestFilterDataSource(t *testing.T) {
+	populator := claim("populated", "fast", gi)
+	populator.Spec.DataSourceRef = &v1.TypedObjectReference{APIGroup: ptr.To("example.com"), Kind: "Populator", Name: "src"}
+	crossNS := cloneOf("cross", "src", true)
+	crossNS.Spec.DataSourceRef.Namespace = ptr.To("other")
+	refOnly := claim("ref-only", "fast", gi)
+	refOnly.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
+	claims := []*v1.PersistentVolumeClaim{cloneOf("clone", "src", false), cloneOf("clone-ref", "src", true), refOnly,
+		cloneOf("clone-free", "src-free", true), cloneOf("clone-unbound", "src-unbound", true), cloneOf("clone-missing", "missing", true),
+		restoreOf("restore", "snap"), restoreOf("restore-free", "snap-free"), restoreOf("restore-content", "snap-content"),
+		restoreOf("restore-gone", "snap-gone"), restoreOf("restore-unknown", "nope"), populator, crossNS}
+	const cloneMsg = "claim ns/clone clones ns/src, whose volume is reachable only from " + zoneKey + " in (z1)"
+	const restoreMsg = "claim ns/restore restores snapshot ns/snap of ns/src, whose volume is reachable only from " + zoneKey + " in (z1)"
+	tests := []struct {
+		name         string
+		claim        string
+		noSnapshots  bool
+		rejectedOnZ2 bool
+		wantMessage  string
+	}{
+		{name: "clone by dataSource", claim: "clone", rejectedOnZ2: true, wantMessage: cloneMsg},
+		{name: "clone by dataSource and dataSourceRef", claim: "clone-ref", rejectedOnZ2: true},
+		{name: "clone by dataSourceRef only", claim: "ref-only", rejectedOnZ2: true},
+		{name: "source volume without affinity", claim: "clone-free"},
+		{name: "source claim unbound", claim: "clone-unbound"},
+		{name: "source claim missing", claim: "clone-missing"},
+		{name: "restore", claim: "restore", rejectedOnZ2: true, wantMessage: restoreMsg},
+		{name: "restore without snapshot support", claim: "restore", noSnapshots: true},
+		{name: "restore, snapshot's volume without affinity", claim: "restore-free"},
+		{name: "restore of a pre-provisioned content", claim: "restore-content"},
+		{name: "restore, snapshot's claim gone", claim: "restore-gone"},
+		{name: "restore, snapshot unknown", claim: "restore-unknown"},
+		{name: "populator", claim: "populated"},
+		{name: "cross-namespace dataSourceRef", claim: "cross"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w, c := sourceWorld(t, !tc.noSnapshots)
+			for _, cl := range claims {
+				w.add(t, w.claims, cl)
+			}
+			pv, err := c.PodVolumes(pod("p", tc.claim))
+			if err != nil || pv == nil || len(pv.Pending) != 1 {
+				t.Fatalf("PodVolumes = %v, %v; want one pending claim", pv, err)
+			}
+			if st := c.Filter(pv, node("n1", "z1")); st != nil {
+				t.Errorf("Filter(n1 in z1) = %v, want fit", st)
+			}
+			st := c.Filter(pv, node("n2", "z2"))
+			switch {
+			case !tc.rejectedOnZ2 && st != nil:
+				t.Errorf("Filter(n2 in z2) = %v, want fit", st)
+			case tc.rejectedOnZ2 && (st == nil || st.Reason != ReasonDataSourceUnreachable || !st.Unresolvable):
+				t.Errorf("Filter(n2 in z2) = %v, want %s, unresolvable", st, ReasonDataSourceUnreachable)
+			case tc.wantMessage != "" && st.Message != tc.wantMessage:
+				t.Errorf("message %q, want %q", st.Message, tc.wantMessage)
+			}
+		})
+	}
+}
+
+func TestDescribeTerms(t *testing.T) {
+	tests := []struct {
+		name  string
+		terms []v1.NodeSelectorTerm
+		want  string
+	}{
+		{name: "one zone", terms: zoneAffinity("z1").Required.NodeSelectorTerms, want: zoneKey + " in (z1)"},
+		{name: "two zones sorted", terms: zoneAffinity("z2", "z1").Required.NodeSelectorTerms, want: zoneKey + " in (z1,z2)"},
+		{name: "terms ORed, expressions ANDed, fields", terms: []v1.NodeSelectorTerm{
+			{MatchExpressions: []v1.NodeSelectorRequirement{
+				{Key: "zone", Operator: v1.NodeSelectorOpIn, Values: []string{"z1"}},
+				{Key: "rack", Operator: v1.NodeSelectorOpNotIn, Values: []string{"r2"}},
+				{Key: "ssd", Operator: v1.NodeSelectorOpExists},
+				{Key: "gen", Operator: v1.NodeSelectorOpGt, Values: []string{"3"}}}},
+			{MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"n7"}}}},
+		}, want: "zone in (z1),rack notin (r2),ssd,gen>3 or metadata.name in (n7)"},
+		{name: "empty term", terms: []v1.NodeSelectorTerm{{}}, want: "nowhere"},
+		{name: "unknown operator", terms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
+			{Key: "zone", Operator: "Near", Values: []string{"z1"}}}}}, want: "zone Near [z1]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := describeTerms(tc.terms); got != tc.want {
+				t.Errorf("describeTerms = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
