@@ -127,7 +127,7 @@ type Heartbeat struct {
 	lease      *coordinationv1.Lease // last written or read; nil: read it first
 	renewing   bool
 	lastRenew  time.Time // of this process; zero before the first
-	paused     string // reason of the current pause, "" while renewing
+	paused     string    // reason of the current pause, "" while renewing
 	backoff    time.Duration
 }
 
