@@ -210,29 +210,34 @@ func TestLivenessFromInformer(t *testing.T) {
 }
 
 // BenchmarkLive measures one answer of Liveness among the heartbeat Leases
-// of 5 000 nodes, cycling over the nodes as a scheduler's filter does.
+// of 50 and of 5 000 nodes (one in ten expired), cycling over the nodes as a
+// scheduler's filter does.
 func BenchmarkLive(b *testing.B) {
-	idx := leaseIndexer(b)
-	nodes := make([]string, 5000)
-	for i := range nodes {
-		nodes[i] = fmt.Sprintf("node-%d", i)
-		renewed := t0
-		if i%10 == 0 {
-			renewed = t0.Add(-time.Hour)
-		}
-		add(b, idx, leaseOf("csi-topology", testDriver, nodes[i], renewed, 60))
-	}
-	lv, err := NewLiveness(idx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		live, _, known := lv.Live(testDriver, nodes[i], t0)
-		if !known || live != (i%10 != 0) {
-			b.Fatalf("node %s: live %v known %v", nodes[i], live, known)
-		}
-		i = (i + 1) % len(nodes)
+	for _, n := range []int{50, 5000} {
+		b.Run(fmt.Sprintf("%dNodes", n), func(b *testing.B) {
+			idx := leaseIndexer(b)
+			nodes := make([]string, n)
+			for i := range nodes {
+				nodes[i] = fmt.Sprintf("node-%d", i)
+				renewed := t0
+				if i%10 == 0 {
+					renewed = t0.Add(-time.Hour)
+				}
+				add(b, idx, leaseOf("csi-topology", testDriver, nodes[i], renewed, 60))
+			}
+			lv, err := NewLiveness(idx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				live, _, known := lv.Live(testDriver, nodes[i], t0)
+				if !known || live != (i%10 != 0) {
+					b.Fatalf("node %s: live %v known %v", nodes[i], live, known)
+				}
+				i = (i + 1) % len(nodes)
+			}
+		})
 	}
 }
