@@ -1,6 +1,8 @@
 // Command csi-node-publisher publishes a node's CSINode entry for a CSI
 // driver (node ID, topology keys, allocatable volume count), labels the node
-// with its topology segment and keeps both current. See docs/node-publisher.md.
+// with its topology segment and keeps both current, and renews the driver's
+// heartbeat Lease on the node while the driver answers Probe. See
+// docs/node-publisher.md.
 package main
 
 import (
@@ -12,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,9 +44,24 @@ type config struct {
 	enablePprof  bool
 	showVersion  bool
 	publisher    limits.PublisherConfig
+	// heartbeat is off when its LeaseDuration is 0.
+	heartbeat limits.HeartbeatConfig
 }
 
+// serviceAccountNamespace is where a pod finds its own namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// parseFlags parses the command line and applies the logging flags.
 func parseFlags(args []string) (config, error) {
+	c, logOpts, err := parseArgs(args)
+	if err != nil {
+		return c, err
+	}
+	return c, logOpts.Apply()
+}
+
+// parseArgs parses the command line into a config, without side effects.
+func parseArgs(args []string) (config, *logging.Options, error) {
 	var c config
 	fs := flag.NewFlagSet("csi-node-publisher", flag.ContinueOnError)
 	logOpts := logging.AddFlags(fs)
@@ -53,21 +71,39 @@ func parseFlags(args []string) (config, error) {
 	fs.Int64Var(&c.publisher.ReservedVolumes, "reserved-volumes", 0, "Volumes subtracted from the driver's max_volumes_per_node (e.g. for volumes not managed by Kubernetes).")
 	fs.DurationVar(&c.publisher.ResyncPeriod, "resync-period", time.Minute, "Re-run NodeGetInfo and re-publish this often.")
 	fs.BoolVar(&c.publisher.CleanupOnExit, "cleanup-on-exit", false, "Remove this driver's CSINode entry on SIGTERM.")
+	fs.DurationVar(&c.heartbeat.LeaseDuration, "lease-duration", limits.DefaultLeaseDuration, "Duration of the driver's heartbeat Lease, renewed while the driver answers Probe: a driver silent this long counts as not live on this node (whole seconds; 0 disables the heartbeat).")
+	fs.DurationVar(&c.heartbeat.RenewInterval, "lease-renew-interval", 0, "Renew the heartbeat Lease this often, one API write each (0: a third of --lease-duration).")
+	fs.StringVar(&c.heartbeat.Namespace, "lease-namespace", os.Getenv("NAMESPACE"), "Namespace of the heartbeat Lease (default: $NAMESPACE, else the pod's service account namespace).")
 	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /healthz and /metrics; empty disables it.")
 	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", 5, "QPS of the API client.")
 	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", 10, "Burst of the API client.")
 	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "Serve Go profiling (net/http/pprof) under /debug/pprof/ on --http-endpoint.")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if err := logOpts.Apply(); err != nil {
-		return c, err
+		return c, nil, err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return c, nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	return c, nil
+	if c.heartbeat.LeaseDuration < 0 {
+		return c, nil, fmt.Errorf("--lease-duration %s must not be negative (0 disables the heartbeat)", c.heartbeat.LeaseDuration)
+	}
+	c.heartbeat.NodeName = c.publisher.NodeName
+	return c, logOpts, nil
+}
+
+// leaseNamespace returns the heartbeat Lease's namespace: the flag's (or
+// $NAMESPACE's) value, else the namespace in saFile, the pod's service
+// account namespace.
+func leaseNamespace(flagValue, saFile string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	data, err := os.ReadFile(saFile)
+	if ns := strings.TrimSpace(string(data)); err == nil && ns != "" {
+		return ns, nil
+	}
+	return "", errors.New("the heartbeat Lease needs a namespace: set --lease-namespace or $NAMESPACE (outside a pod), or --lease-duration=0 to disable the heartbeat")
 }
 
 func main() {
@@ -98,6 +134,15 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config) error {
+	if cfg.heartbeat.LeaseDuration > 0 {
+		var err error
+		if cfg.heartbeat.Namespace, err = leaseNamespace(cfg.heartbeat.Namespace, serviceAccountNamespace); err != nil {
+			return err
+		}
+		if err := cfg.heartbeat.Validate(); err != nil {
+			return err
+		}
+	}
 	restCfg, err := kubeclient.RESTConfig(cfg.kubeconfig)
 	if err != nil {
 		return err
@@ -129,17 +174,41 @@ func run(ctx context.Context, cfg config) error {
 	}
 	defer conn.Close()
 
-	pub, err := limits.NewPublisher(cfg.publisher, client,
-		struct {
-			csi.IdentityClient
-			csi.NodeClient
-		}{csi.NewIdentityClient(conn), csi.NewNodeClient(conn)},
-		pubMetrics)
+	driver := struct {
+		csi.IdentityClient
+		csi.NodeClient
+	}{csi.NewIdentityClient(conn), csi.NewNodeClient(conn)}
+	pub, err := limits.NewPublisher(cfg.publisher, client, driver, pubMetrics)
 	if err != nil {
 		return err
 	}
+	var hb *limits.Heartbeat
+	if cfg.heartbeat.LeaseDuration > 0 {
+		if hb, err = limits.NewHeartbeat(cfg.heartbeat, client, driver, pubMetrics); err != nil {
+			return err
+		}
+	}
 	health.pub.Store(pub)
-	return pub.Run(ctx)
+	return runAll(ctx, pub.Run, hb)
+}
+
+// runAll runs the publisher and, when there is one, the heartbeat until ctx
+// ends or one of them fails; the other is then stopped and waited for.
+func runAll(ctx context.Context, publish func(context.Context) error, hb *limits.Heartbeat) error {
+	if hb == nil {
+		return publish(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- publish(ctx) }()
+	go func() { errs <- hb.Run(ctx) }()
+	first := <-errs
+	cancel()
+	if second := <-errs; first == nil {
+		first = second
+	}
+	return first
 }
 
 // publisherHealth is the health of the publisher once it exists. Safe for

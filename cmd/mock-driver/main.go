@@ -37,6 +37,7 @@ type options struct {
 	segmentsFile string
 	faultsFile   string
 	mutable      string
+	capacity     int64
 	showVersion  bool
 }
 
@@ -60,6 +61,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.mutable, "mutable-parameters", strings.Join(driver.DefaultMutableParameters, ","), "Comma-separated mutable parameter keys that CreateVolume and ControllerModifyVolume accept; other keys are INVALID_ARGUMENT.")
 	fs.StringVar(&o.topologyFile, "node-topology-file", "", "Segments of many nodes, JSON or YAML: node ID -> {key: value}; a node instance takes its --node-id's entry (for a DaemonSet; excludes --node-topology).")
 	fs.StringVar(&o.segmentsFile, "segments-file", "", "Segment table of the controller, JSON or YAML (see README).")
+	fs.Int64Var(&o.capacity, "capacity-bytes", -1, "Capacity of the one segment of a controller without --segments-file, its --node-topology; e.g. a node-local driver (--mode=both --node-topology=kubernetes.io/hostname=<node>) with its node's capacity (-1: unlimited).")
 	fs.StringVar(&o.knownNodes, "known-nodes", "", "Comma-separated node IDs ControllerPublishVolume accepts (empty: any node for a controller).")
 	fs.Int64Var(&o.cfg.MaxVolumeBytes, "max-volume-bytes", driver.DefaultMaxVolumeBytes, "Largest volume; larger requests fail with OUT_OF_RANGE.")
 	fs.StringVar(&o.cfg.StateFile, "state-file", "", "File that persists the controller's volumes and snapshots; every change is on disk (fsync, rename) before the call that made it answers (empty: memory only).")
@@ -108,6 +110,17 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 			return o, fmt.Errorf("--segments-file %s: %w", o.segmentsFile, err)
 		}
 		o.cfg.Segments, o.cfg.NodeLimits = table.Segments, table.NodeLimits
+	}
+	if o.capacity != -1 {
+		switch {
+		case o.capacity < 0:
+			return o, fmt.Errorf("--capacity-bytes %d: want bytes, or -1 for unlimited", o.capacity)
+		case o.segmentsFile != "":
+			return o, errors.New("--capacity-bytes and --segments-file exclude each other (give the capacity in the segment table)")
+		case o.cfg.Mode == driver.ModeNode:
+			return o, errors.New("--capacity-bytes needs a controller (--mode=controller or both)")
+		}
+		o.cfg.Segments = []driver.SegmentConfig{{Topology: o.cfg.NodeTopology, CapacityBytes: o.capacity}}
 	}
 	if o.faultsFile != "" {
 		data, err := readJSONOrYAML(o.faultsFile)

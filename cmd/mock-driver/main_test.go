@@ -115,6 +115,17 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad topology", args: []string{"--node-topology=zone"}, wantErr: true},
 		{name: "unknown flag", args: []string{"--zone=z1"}, wantErr: true},
 		{name: "positional argument", args: []string{"extra"}, wantErr: true},
+		{
+			name: "node-local driver with its node's capacity",
+			args: []string{"--mode=both", "--node-id=n1", "--node-topology=kubernetes.io/hostname=n1", "--capacity-bytes=10737418240"},
+			want: base(func(c *driver.Config) {
+				c.NodeID, c.NodeTopology = "n1", map[string]string{"kubernetes.io/hostname": "n1"}
+				c.Segments = []driver.SegmentConfig{{Topology: map[string]string{"kubernetes.io/hostname": "n1"}, CapacityBytes: 10 << 30}}
+			}),
+		},
+		{name: "capacity and segment table", args: []string{"--node-id=n1", "--capacity-bytes=1", "--segments-file=" + segJSON}, wantErr: true},
+		{name: "capacity of a node instance", args: []string{"--mode=node", "--node-id=n1", "--capacity-bytes=1"}, wantErr: true},
+		{name: "negative capacity", args: []string{"--node-id=n1", "--capacity-bytes=-2"}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,6 +35,11 @@ const (
 // DriverName is the mock driver's name.
 const DriverName = driver.DefaultName
 
+// PublisherNamespace is the namespace of deploy/'s ServiceAccounts, where
+// the lab's csi-node-publishers keep their heartbeat Leases (a pod's
+// $NAMESPACE in deploy/).
+const PublisherNamespace = "csi-topology"
+
 // Config describes the lab.
 type Config struct {
 	// Zones and NodesPerZone shape the cluster; nodes are named
@@ -289,7 +294,7 @@ func (l *Lab) StartPublisher(ctx context.Context, node string, extra ...string) 
 	l.pubCount++
 	args := append([]string{
 		"--csi-address=unix://" + l.nodeSocket(node), "--kubeconfig=" + l.pubKubeconfig, "--node-name=" + node,
-		"--resync-period=10s", "-v=2",
+		"--resync-period=10s", "--lease-namespace=" + PublisherNamespace, "-v=2",
 	}, extra...)
 	p, err := l.Cluster.StartProcess(fmt.Sprintf("csi-node-publisher-%s-%d", node, l.pubCount), filepath.Join(l.BinDir, "csi-node-publisher"), args, nil)
 	if err != nil {
