@@ -96,7 +96,7 @@ func TestStockForgetsPendingClaimAcrossRestart(t *testing.T) {
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-slot", Zone: "z2", Rack: "r1", Driver: true, MaxVolumes: 1}); err != nil {
 		t.Fatal(err)
 	}
-	env.EnsureRoom(t, ctx, "z2", 4<<30)
+	env.EnsureRoom(t, ctx, ns, "z2", 4<<30)
 	out := env.PendingClaimAcrossRestart(t, ctx, ns, ns, "node-slot")
 	if !out.SecondSelected {
 		t.Fatalf("the stock scheduler refused the second pod (%q); this test expects it to forget the pending claim", out.SecondUnschedulable)

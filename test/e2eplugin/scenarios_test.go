@@ -153,7 +153,7 @@ func TestPendingClaimCountsAcrossRestart(t *testing.T) {
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-slot", Zone: "z2", Driver: true, MaxVolumes: 1}); err != nil {
 		t.Fatal(err)
 	}
-	env.EnsureRoom(t, ctx, "z2", 4*gi) // the burst tests fill the zones
+	env.EnsureRoom(t, ctx, class, "z2", 4*gi) // the burst tests fill the zones
 	out := env.PendingClaimAcrossRestart(t, ctx, ns, class, "node-slot")
 	if out.SecondSelected {
 		t.Fatal("second pod's claim sent to node-slot although the first pod's pending claim holds its only attach slot")

@@ -144,8 +144,11 @@ func (l *Lab) waitSelected(t testing.TB, ctx context.Context, ns, name, node str
 
 // EnsureRoom makes sure every segment of zone has at least bytes free
 // (earlier tests may have filled it), and restores the capacities at
-// cleanup.
-func (l *Lab) EnsureRoom(t testing.TB, ctx context.Context, zone string, bytes int64) {
+// cleanup. When csi-provisioner publishes CSIStorageCapacity objects for
+// class, it also waits until they show the room in zone: a scheduler that
+// filters by capacity must not see the zone full after the caller stops the
+// provisioner (nothing would publish the room then).
+func (l *Lab) EnsureRoom(t testing.TB, ctx context.Context, class, zone string, bytes int64) {
 	t.Helper()
 	segs, err := l.Segments(ctx)
 	if err != nil {
@@ -160,6 +163,30 @@ func (l *Lab) EnsureRoom(t testing.TB, ctx context.Context, zone string, bytes i
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = l.SetSegmentCapacity(context.WithoutCancel(ctx), topo, old) })
+	}
+	var published []int64
+	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		list, err := l.Cluster.Client.StorageV1().CSIStorageCapacities(CapacityNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		published = published[:0]
+		for _, c := range list.Items {
+			if c.StorageClassName != class || c.NodeTopology == nil || c.NodeTopology.MatchLabels[ZoneKey] != zone {
+				continue
+			}
+			var have int64
+			if c.Capacity != nil {
+				have = c.Capacity.Value()
+			}
+			if have < bytes {
+				published = append(published, have)
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the published capacity of class %s in zone %s stays below %d bytes: %v (%v)", class, zone, bytes, published, err)
 	}
 }
 
