@@ -42,7 +42,10 @@ profiles:
 // serviceAccountConfig is schedulerConfig for csi-topology-scheduler running
 // under its ServiceAccount with the RBAC of
 // deploy/kubernetes/components/scheduler-plugin, with leader election on
-// the Lease that RBAC grants.
+// the Lease that RBAC grants. The lease timings tolerate an API server
+// slowed down by a loaded machine (a renewal may take seconds): a scheduler
+// that loses its lease exits, and nothing schedules after that. Restarts
+// stay quick because kube-scheduler releases its lease when stopped.
 const serviceAccountConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
@@ -51,9 +54,9 @@ leaderElection:
   leaderElect: true
   resourceName: csi-topology-scheduler
   resourceNamespace: csi-topology
-  leaseDuration: 4s
-  renewDeadline: 3s
-  retryPeriod: 500ms
+  leaseDuration: 40s
+  renewDeadline: 30s
+  retryPeriod: 1s
 profiles:
   - schedulerName: default-scheduler
     plugins:

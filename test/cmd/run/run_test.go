@@ -181,11 +181,15 @@ func runAndSignal(t *testing.T, root string, sig syscall.Signal, target int, rea
 		t.Fatal(err)
 	}
 	signalled := time.Now()
+	// stopBudget is not a speed claim (it usually takes under a second) but
+	// the worst case of the design: kube-apiserver gets 15 s to stop before
+	// SIGKILL, then etcd stops; on a loaded machine that happens.
+	const stopBudget = 30 * time.Second
 	select {
 	case <-exited:
 		t.Logf("make exited %s after %v", time.Since(signalled).Round(100*time.Millisecond), sig)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("make still runs 10 s after %v; processes: %v\n%s", sig, session(t, sid), out.String())
+	case <-time.After(stopBudget):
+		t.Fatalf("make still runs %v after %v; processes: %v\n%s", stopBudget, sig, session(t, sid), out.String())
 	}
 	if left := session(t, sid); len(left) > 0 {
 		t.Errorf("processes left after make exited: %v", left)
