@@ -328,9 +328,16 @@ func (l *Lab) Publisher(node string) *controlplane.Process { return l.publishers
 // (Config.ProvisionerArgs included) plus extra flags, stopping a running one
 // first.
 func (l *Lab) StartProvisioner(extra ...string) error {
+	return l.StartProvisionerBinary(filepath.Join(l.BinDir, "csi-provisioner"), extra...)
+}
+
+// StartProvisionerBinary is StartProvisioner with another provisioner
+// binary, e.g. a build of upstream external-provisioner to compare with: the
+// same flags, the same ServiceAccount, the same driver.
+func (l *Lab) StartProvisionerBinary(binary string, extra ...string) error {
 	l.StopProvisioner()
 	l.provCount++
-	p, err := l.StartProvisionerReplica("csi-provisioner-"+strconv.Itoa(l.provCount), extra...)
+	p, err := l.startProvisioner("csi-provisioner-"+strconv.Itoa(l.provCount), binary, extra...)
 	if err != nil {
 		return err
 	}
@@ -342,11 +349,15 @@ func (l *Lab) StartProvisioner(extra ...string) error {
 // name, with the lab's flags plus extra, under the provisioner's
 // ServiceAccount. The caller stops it (the cluster stops it at the end).
 func (l *Lab) StartProvisionerReplica(name string, extra ...string) (*controlplane.Process, error) {
+	return l.startProvisioner(name, filepath.Join(l.BinDir, "csi-provisioner"), extra...)
+}
+
+func (l *Lab) startProvisioner(name, binary string, extra ...string) (*controlplane.Process, error) {
 	args := append([]string{
 		"--csi-address=unix://" + l.controllerSock, "--kubeconfig=" + l.provKubeconfig,
 		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=3",
 	}, append(append([]string(nil), l.cfg.ProvisionerArgs...), extra...)...)
-	return l.Cluster.StartProcess(name, filepath.Join(l.BinDir, "csi-provisioner"), args, nil)
+	return l.Cluster.StartProcess(name, binary, args, nil)
 }
 
 // StopProvisioner stops the running provisioner (SIGTERM).
