@@ -50,7 +50,11 @@ type env struct {
 func setUp(ctx context.Context, opts Options, size int) (_ *env, err error) {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
-	c, err := controlplane.Start(ctx, controlplane.Options{RepoRoot: opts.RepoRoot, AuditPolicy: auditPolicy})
+	c, err := controlplane.Start(ctx, controlplane.Options{RepoRoot: opts.RepoRoot, AuditPolicy: auditPolicy,
+		// The PV controller annotates, binds and releases every claim; at
+		// its default 20 requests/s it, not the provisioner, would set the
+		// pace.
+		ControllerManagerArgs: []string{"--kube-api-qps=2000", "--kube-api-burst=4000"}})
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +67,10 @@ func setUp(ctx context.Context, opts Options, size int) (_ *env, err error) {
 	}()
 	zones := zonesFor(size)
 	// The mock driver's segments are the zones, with room for everything.
-	if e.lab, err = lab.Setup(ctx, c, lab.Config{Zones: zones, CapacityBytes: 1 << 60, BinDir: opts.BinDir}); err != nil {
+	if e.lab, err = lab.Setup(ctx, c, lab.Config{Zones: zones, CapacityBytes: 1 << 60, BinDir: opts.BinDir,
+		// The driver must not be what is measured: volumes in memory
+		// (not a state file rewritten and synced per call), few logs.
+		ControllerArgs: []string{"--state-file=", "-v=1"}}); err != nil {
 		return nil, err
 	}
 	e.lab.StopProvisioner()
@@ -133,6 +140,29 @@ func (e *env) createClaims(ctx context.Context, ns, class string, n int) (map[st
 		out[claim(i, class).Name] = t
 	}
 	return out, err
+}
+
+// annStorageProvisioner is the PV controller's mark on a claim for an
+// external provisioner: the provisioning library acts only on marked claims.
+const annStorageProvisioner = "volume.kubernetes.io/storage-provisioner"
+
+// waitMarked waits until the PV controller has marked the n claims of ns
+// for the driver, so that a backlog is all there when the provisioner
+// starts.
+func (e *env) waitMarked(ctx context.Context, ns string, n int) error {
+	return e.cluster.WaitFor(ctx, runTimeout, func(ctx context.Context) (bool, error) {
+		list, err := e.client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		marked := 0
+		for _, c := range list.Items {
+			if c.Annotations[annStorageProvisioner] == lab.DriverName {
+				marked++
+			}
+		}
+		return marked >= n, nil
+	})
 }
 
 // deleteClaims deletes the n claims of ns and returns when each was

@@ -159,6 +159,9 @@ func (e *env) runBacklog(ctx context.Context, contender string, rep int, withDel
 	if err != nil {
 		return nil, err
 	}
+	if err := e.waitMarked(ctx, ns, n); err != nil {
+		return nil, fmt.Errorf("claims never marked for the driver by the PV controller: %w", err)
+	}
 	r := e.newResult("backlog", contender, rep)
 	l, err := e.launch(ctx, contender, o, backlogArgs...)
 	if err != nil {

@@ -45,6 +45,10 @@ type Options struct {
 	// Policy of audit.k8s.io/v1): kube-apiserver then writes its audit log,
 	// one JSON event a line, to Cluster.AuditLog.
 	AuditPolicy string
+	// ControllerManagerArgs are extra kube-controller-manager flags, after
+	// the plane's (e.g. a higher --kube-api-qps, so that the PV controller's
+	// default 20 requests/s do not pace a benchmark).
+	ControllerManagerArgs []string
 }
 
 // DefaultControllers are the kube-controller-manager controllers (names
@@ -198,7 +202,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.waitHealthy(sctx, c.server+"/readyz", token); err != nil {
 		return c, fmt.Errorf("kube-apiserver not ready: %w", err)
 	}
-	if err := c.startCore("kube-controller-manager", bins.ControllerManager, c.controllerManagerArgs(opts.Controllers, kcmPort)...); err != nil {
+	if err := c.startCore("kube-controller-manager", bins.ControllerManager, append(c.controllerManagerArgs(opts.Controllers, kcmPort), opts.ControllerManagerArgs...)...); err != nil {
 		return c, err
 	}
 	if err := c.startFirstScheduler(bins.Scheduler, opts.SchedulerConfig, schedPort); err != nil {

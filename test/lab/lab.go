@@ -50,6 +50,11 @@ type Config struct {
 	ZoneCapacity  map[string]int64
 	// ProvisionerArgs are extra csi-provisioner flags.
 	ProvisionerArgs []string
+	// ControllerArgs are extra flags of the mock driver's controller, after
+	// the lab's: e.g. "--state-file=" keeps its volumes in memory only (no
+	// file written and synced per call, as test/bench wants; a restart then
+	// loses them), "-v=2" logs less than the lab's -v=5.
+	ControllerArgs []string
 	// BinDir, when set, holds the project's binaries (Binaries), e.g. the
 	// bin/ of `make build`; by default Setup builds them into the cluster's
 	// temp dir.
@@ -195,6 +200,7 @@ func (l *Lab) startController() error {
 		"--mode=controller", "--endpoint=unix://" + l.controllerSock, "--segments-file=" + segFile,
 		"--state-file=" + filepath.Join(l.Cluster.Dir, "mock-state.json"), "--admin-address=" + addr, "-v=5",
 	}
+	l.controllerArgs = append(l.controllerArgs, l.cfg.ControllerArgs...)
 	l.AdminURL = "http://" + addr
 	return l.launchController()
 }
