@@ -120,7 +120,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
 		return nil, fmt.Errorf("retry interval max %s is below retry interval start %s", cfg.RetryIntervalMax, cfg.RetryIntervalStart)
 	}
-	factory := informers.NewSharedInformerFactory(client, cfg.ResyncPeriod)
+	// Cached objects are trimmed to what the provisioner reads (Nodes to
+	// their labels): see TrimForCache.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod, informers.WithTransform(TrimForCache))
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	volumes := factory.Core().V1().PersistentVolumes().Informer()
 	classes := factory.Storage().V1().StorageClasses().Informer()
@@ -138,7 +140,8 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.Capacity != nil {
 		cc := *cfg.Capacity
 		cc.DriverName = cfg.Provisioner.DriverName
-		capacityFactory = informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod, informers.WithNamespace(cc.Namespace))
+		capacityFactory = informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod,
+			informers.WithNamespace(cc.Namespace), informers.WithTransform(TrimForCache))
 		capacity = NewCapacityPublisher(cc, clients.Capacity, csiClient, index,
 			factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
 	}
