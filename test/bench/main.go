@@ -53,6 +53,9 @@ type Options struct {
 	Out string
 	// RepoRoot is the project's root (default: found from the working dir).
 	RepoRoot string
+	// ProfileDir, when set, receives Go profiles of our provisioner in the
+	// backlog runs: CPU from launch (20 s) and the heap at the end.
+	ProfileDir string
 }
 
 func (o Options) has(scenario string) bool {
@@ -77,6 +80,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "Directory of the project's binaries (make build); empty: build them.")
 	fs.StringVar(&o.Compare, "compare", "", "Another csi-provisioner binary to run through the same scenarios, alternating with ours.")
 	fs.StringVar(&extra, "provisioner-args", "", "Extra flags for every provisioner run, space-separated.")
+	fs.StringVar(&o.ProfileDir, "profile-dir", "", "Save Go profiles of our provisioner's backlog runs here (CPU for 20 s from launch, heap at the end; --enable-pprof).")
 	fs.StringVar(&o.Out, "out", "", "Directory for the JSON of each run and table.md (default .cache/bench/<time>).")
 	if err := fs.Parse(args); err != nil {
 		return o, err

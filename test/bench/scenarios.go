@@ -163,7 +163,16 @@ func (e *env) runBacklog(ctx context.Context, contender string, rep int, withDel
 		return nil, fmt.Errorf("claims never marked for the driver by the PV controller: %w", err)
 	}
 	r := e.newResult("backlog", contender, rep)
-	l, err := e.launch(ctx, contender, o, backlogArgs...)
+	args := backlogArgs
+	var prof *profiler
+	if contender == ours {
+		var pargs []string
+		if prof, pargs, err = e.startProfiler(ctx, fmt.Sprintf("backlog-rep%d", rep), 20); err != nil {
+			return nil, err
+		}
+		args = append(append([]string(nil), args...), pargs...)
+	}
+	l, err := e.launch(ctx, contender, o, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +181,7 @@ func (e *env) runBacklog(ctx context.Context, contender string, rep int, withDel
 		return nil, err
 	}
 	e.finishCreate(ctx, &r, o, l, l.start, created)
+	prof.heap(ctx)
 	e.checkVolumes(ctx, &r, o, ns)
 	results := []Result{r}
 	if withDelete {
