@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -39,4 +40,13 @@ func New(base *rest.Config, qps float64, burst int, userAgent string) (kubernete
 	c.ContentType = runtime.ContentTypeProtobuf
 	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return kubernetes.NewForConfig(c)
+}
+
+// NewMetadata returns a metadata-only client (PartialObjectMetadata, in
+// protobuf) on a copy of base with its own client-side rate limit and user
+// agent.
+func NewMetadata(base *rest.Config, qps float64, burst int, userAgent string) (metadata.Interface, error) {
+	c := rest.CopyConfig(base)
+	c.QPS, c.Burst, c.UserAgent = float32(qps), burst, userAgent
+	return metadata.NewForConfig(c)
 }
