@@ -97,3 +97,29 @@ func thisMachine() Machine {
 	}
 	return m
 }
+
+// rssSplitMB returns the current anonymous (heap, stacks) and file-backed
+// (the binary's pages) resident memory of process pid in MB.
+func rssSplitMB(pid int) (anon, file float64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "RssAnon":
+			anon = kb * 1024 / 1e6
+		case "RssFile":
+			file = kb * 1024 / 1e6
+		}
+	}
+	return anon, file
+}

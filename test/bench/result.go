@@ -49,6 +49,10 @@ type Result struct {
 	CPUPerVolume       float64 `json:"cpuMsPerVolume"`
 	// PeakRSS is VmHWM at the end of the run, in MB.
 	PeakRSS float64 `json:"peakRssMB,omitempty"`
+	// RSSAnon and RSSFile split the resident memory at the end of the run:
+	// anonymous (Go heap, stacks) and file-backed (the binary's pages).
+	RSSAnon float64 `json:"rssAnonMB,omitempty"`
+	RSSFile float64 `json:"rssFileMB,omitempty"`
 	// Requests counts the provisioner's API requests of the run by "verb
 	// resource" (audit log); RequestsPerVolume is their sum per volume.
 	Requests          map[string]int `json:"requests"`

@@ -218,6 +218,7 @@ func (e *env) finishCreate(ctx context.Context, r *Result, o *observer, l *launc
 	}
 	r.CPUPerVolume = (cpu - from) / float64(r.Volumes)
 	r.PeakRSS, _ = peakRSSMB(l.proc.Pid())
+	r.RSSAnon, r.RSSFile = rssSplitMB(l.proc.Pid())
 }
 
 // runDelete is the delete scenario: the backlog's claims are deleted
