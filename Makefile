@@ -23,7 +23,7 @@ export GOFLAGS += -trimpath
 # 30 s (test/cmd/progress).
 PROGRESS  := .cache/tools/progress
 
-.PHONY: all build test unit lint run clean image push controlplane fuzz
+.PHONY: all build test unit lint run clean image push controlplane fuzz bench
 
 all: build
 
@@ -78,6 +78,20 @@ fuzz:
 	    echo "$$out" | tail -n 1; \
 	  done; \
 	done
+
+## bench: csi-provisioner measured as a whole process on the local control plane (test/bench, docs/performance.md):
+## SIZES (fake nodes, comma-separated), SCENARIOS (backlog,delete,burst,wffc), REPS, CLAIMS, COMPARE=/path/to/other/csi-provisioner
+## (run alternately with ours, ratios printed), BENCH_ARGS (more flags of test/bench); JSON and table in .cache/bench/
+SIZES     ?= 3
+SCENARIOS ?= backlog,delete,burst
+REPS      ?= 2
+CLAIMS    ?= 500
+COMPARE   ?=
+BENCH_ARGS ?=
+bench: build
+	@$(GO) build -ldflags '-s -w' -o .cache/tools/bench ./test/bench
+	.cache/tools/bench --bin-dir=bin --sizes='$(SIZES)' --scenarios='$(SCENARIOS)' --reps=$(REPS) --claims=$(CLAIMS) \
+		$(if $(COMPARE),--compare='$(COMPARE)') $(BENCH_ARGS)
 
 ## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
 ## or SIGTERM to make, stops it and cleans up. make execs the program (no

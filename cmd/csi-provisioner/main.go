@@ -152,6 +152,11 @@ func newClients(cfg config, restCfg *rest.Config) (provisioner.Clients, error) {
 	if c.Work, err = kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner/"+version); err != nil {
 		return c, err
 	}
+	// Nodes are watched as metadata only (their labels), within the work's
+	// rate budget: the watch is one request.
+	if c.Metadata, err = kubeclient.NewMetadata(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner/"+version); err != nil {
+		return c, err
+	}
 	if c.Events, err = kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner-events/"+version); err != nil {
 		return c, err
 	}

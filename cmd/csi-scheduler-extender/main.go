@@ -154,7 +154,8 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	// Cached objects are trimmed to what the filter reads (trimForCache).
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, informers.WithTransform(trimForCache))
 	// The ledger follows the selected-node annotations the scheduler writes.
 	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl, ScoreWeights: cfg.weights},
 		factory)

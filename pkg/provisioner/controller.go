@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-base/metrics"
@@ -88,14 +90,20 @@ type Clients struct {
 	// Capacity writes CSIStorageCapacity objects; may be Work. Used only
 	// with ControllerConfig.Capacity.
 	Capacity kubernetes.Interface
+	// Metadata, when set, watches Nodes as metadata only (labels are all the
+	// provisioner reads of them); nil: Nodes come from Work, trimmed.
+	Metadata metadata.Interface
 }
 
 // Controller runs a Provisioner inside the library's ProvisionController,
 // with every informer from one shared informer factory.
 type Controller struct {
-	cfg         ControllerConfig
-	clients     Clients
-	factory     informers.SharedInformerFactory
+	cfg     ControllerConfig
+	clients Clients
+	factory informers.SharedInformerFactory
+	// nodes is the metadata-only Node informer, run beside the factory
+	// (nil: Nodes are the factory's).
+	nodes       cache.SharedIndexInformer
 	provisioner *Provisioner
 	lib         *controller.ProvisionController
 	index       *topology.Index
@@ -130,15 +138,17 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
 		return nil, fmt.Errorf("retry interval max %s is below retry interval start %s", cfg.RetryIntervalMax, cfg.RetryIntervalStart)
 	}
-	factory := informers.NewSharedInformerFactory(client, cfg.ResyncPeriod)
+	// Cached objects are trimmed to what the provisioner reads (Nodes to
+	// their labels): see TrimForCache.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod, informers.WithTransform(TrimForCache))
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	volumes := factory.Core().V1().PersistentVolumes().Informer()
 	classes := factory.Storage().V1().StorageClasses().Informer()
-	nodes := factory.Core().V1().Nodes()
+	nodes, ownNodes := newNodeInformer(clients.Metadata, factory, cfg.ResyncPeriod)
 	csiNodes := factory.Storage().V1().CSINodes()
 
 	index := topology.NewIndex(cfg.Provisioner.DriverName)
-	indexSynced, err := feedIndex(index, nodes.Informer(), csiNodes.Informer())
+	indexSynced, err := feedIndex(index, nodes, csiNodes.Informer())
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +158,8 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.Capacity != nil {
 		cc := *cfg.Capacity
 		cc.DriverName = cfg.Provisioner.DriverName
-		capacityFactory = informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod, informers.WithNamespace(cc.Namespace))
+		capacityFactory = informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod,
+			informers.WithNamespace(cc.Namespace), informers.WithTransform(TrimForCache))
 		capacity = NewCapacityPublisher(cc, clients.Capacity, csiClient, index,
 			factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
 	}
@@ -203,7 +214,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		controller.ClaimsInformer(libClaims),
 		controller.VolumesInformer(libVolumes),
 		controller.ClassesInformer(classes),
-		controller.NodesLister(nodes.Lister()),
+		controller.NodesLister(corelisters.NewNodeLister(nodes.GetIndexer())),
 		controller.Threadiness(cfg.WorkerThreads),
 		controller.ResyncPeriod(cfg.ResyncPeriod),
 		controller.RateLimiter(workqueue.NewItemExponentialFailureRateLimiter(cfg.RetryIntervalStart, cfg.RetryIntervalMax)),
@@ -217,7 +228,11 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	}
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
-	return &Controller{cfg: cfg, clients: clients, factory: factory, provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
+	var nodeInformer cache.SharedIndexInformer
+	if ownNodes {
+		nodeInformer = nodes
+	}
+	return &Controller{cfg: cfg, clients: clients, factory: factory, nodes: nodeInformer, provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
 		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, records: records}, nil
 }
 
@@ -242,6 +257,9 @@ func (c *Controller) Provisioner() *Provisioner { return c.provisioner }
 func (c *Controller) Run(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
+	if c.nodes != nil {
+		go c.nodes.RunWithContext(ctx)
+	}
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer cache for %v did not sync", typ)

@@ -44,6 +44,14 @@ type Options struct {
 	// SnapshotCRDs installs the VolumeSnapshot CRDs of the pinned
 	// external-snapshotter client module (see InstallSnapshotCRDs).
 	SnapshotCRDs bool
+	// AuditPolicy, when set, is a kube-apiserver audit policy (YAML, kind
+	// Policy of audit.k8s.io/v1): kube-apiserver then writes its audit log,
+	// one JSON event a line, to Cluster.AuditLog.
+	AuditPolicy string
+	// ControllerManagerArgs are extra kube-controller-manager flags, after
+	// the plane's (e.g. a higher --kube-api-qps, so that the PV controller's
+	// default 20 requests/s do not pace a benchmark).
+	ControllerManagerArgs []string
 }
 
 // DefaultControllers are the kube-controller-manager controllers (names
@@ -75,6 +83,9 @@ type Cluster struct {
 	Client     kubernetes.Interface
 	// RepoRoot is the project's root.
 	RepoRoot string
+	// AuditLog is kube-apiserver's audit log (with Options.AuditPolicy
+	// only; empty otherwise).
+	AuditLog string
 
 	server string
 	mu     sync.Mutex
@@ -165,7 +176,15 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startCore("etcd", bins.Etcd, c.etcdArgs(etcdClient, etcdPeer)...); err != nil {
 		return c, err
 	}
-	if err := c.startCore("kube-apiserver", bins.APIServer, c.apiserverArgs(etcdClient, apiPort)...); err != nil {
+	apiArgs := c.apiserverArgs(etcdClient, apiPort)
+	if opts.AuditPolicy != "" {
+		audit, err := c.auditArgs(opts.AuditPolicy)
+		if err != nil {
+			return c, err
+		}
+		apiArgs = append(apiArgs, audit...)
+	}
+	if err := c.startCore("kube-apiserver", bins.APIServer, apiArgs...); err != nil {
 		return c, err
 	}
 	c.RESTConfig = &rest.Config{
@@ -186,7 +205,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.waitHealthy(sctx, c.server+"/readyz", token); err != nil {
 		return c, fmt.Errorf("kube-apiserver not ready: %w", err)
 	}
-	if err := c.startCore("kube-controller-manager", bins.ControllerManager, c.controllerManagerArgs(opts.Controllers, kcmPort)...); err != nil {
+	if err := c.startCore("kube-controller-manager", bins.ControllerManager, append(c.controllerManagerArgs(opts.Controllers, kcmPort), opts.ControllerManagerArgs...)...); err != nil {
 		return c, err
 	}
 	if err := c.startFirstScheduler(bins.Scheduler, opts.SchedulerConfig, schedPort); err != nil {
@@ -242,6 +261,22 @@ func (c *Cluster) apiserverArgs(etcdClient, port int) []string {
 	}
 }
 
+// auditArgs writes the audit policy and returns kube-apiserver's audit
+// flags: a JSON log in the cluster's dir, written as requests complete
+// (blocking mode, so that a request is in the log once it has been
+// answered), never rotated.
+func (c *Cluster) auditArgs(policy string) ([]string, error) {
+	path := filepath.Join(c.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
+		return nil, err
+	}
+	c.AuditLog = filepath.Join(c.LogDir, "audit.log")
+	return []string{
+		"--audit-policy-file=" + path, "--audit-log-path=" + c.AuditLog,
+		"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0",
+	}, nil
+}
+
 // controllerManagerArgs is kube-controller-manager's command line.
 func (c *Cluster) controllerManagerArgs(controllers []string, port int) []string {
 	return []string{
@@ -292,6 +327,14 @@ func (c *Cluster) startCore(name, binary string, args ...string) error {
 	c.core = append(c.core, p)
 	c.mu.Unlock()
 	return nil
+}
+
+// Scheduler returns the running scheduler process (the stock kube-scheduler
+// or Options.SchedulerBinary), e.g. to read its CPU time from /proc.
+func (c *Cluster) Scheduler() *Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sched
 }
 
 // StopScheduler stops the scheduler (SIGTERM): what it held only in memory

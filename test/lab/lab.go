@@ -55,6 +55,11 @@ type Config struct {
 	ZoneCapacity  map[string]int64
 	// ProvisionerArgs are extra csi-provisioner flags.
 	ProvisionerArgs []string
+	// ControllerArgs are extra flags of the mock driver's controller, after
+	// the lab's: e.g. "--state-file=" keeps its volumes in memory only (no
+	// file written and synced per call, as test/bench wants; a restart then
+	// loses them), "-v=2" logs less than the lab's -v=5.
+	ControllerArgs []string
 	// BinDir, when set, holds the project's binaries (Binaries), e.g. the
 	// bin/ of `make build`; by default Setup builds them into the cluster's
 	// temp dir.
@@ -200,6 +205,7 @@ func (l *Lab) startController() error {
 		"--mode=controller", "--endpoint=unix://" + l.controllerSock, "--segments-file=" + segFile,
 		"--state-file=" + filepath.Join(l.Cluster.Dir, "mock-state.json"), "--admin-address=" + addr, "-v=5",
 	}
+	l.controllerArgs = append(l.controllerArgs, l.cfg.ControllerArgs...)
 	l.AdminURL = "http://" + addr
 	return l.launchController()
 }
@@ -333,9 +339,16 @@ func (l *Lab) Publisher(node string) *controlplane.Process { return l.publishers
 // (Config.ProvisionerArgs included) plus extra flags, stopping a running one
 // first.
 func (l *Lab) StartProvisioner(extra ...string) error {
+	return l.StartProvisionerBinary(filepath.Join(l.BinDir, "csi-provisioner"), extra...)
+}
+
+// StartProvisionerBinary is StartProvisioner with another provisioner
+// binary, e.g. a build of upstream external-provisioner to compare with: the
+// same flags, the same ServiceAccount, the same driver.
+func (l *Lab) StartProvisionerBinary(binary string, extra ...string) error {
 	l.StopProvisioner()
 	l.provCount++
-	p, err := l.StartProvisionerReplica("csi-provisioner-"+strconv.Itoa(l.provCount), extra...)
+	p, err := l.startProvisioner("csi-provisioner-"+strconv.Itoa(l.provCount), binary, extra...)
 	if err != nil {
 		return err
 	}
@@ -347,11 +360,15 @@ func (l *Lab) StartProvisioner(extra ...string) error {
 // name, with the lab's flags plus extra, under the provisioner's
 // ServiceAccount. The caller stops it (the cluster stops it at the end).
 func (l *Lab) StartProvisionerReplica(name string, extra ...string) (*controlplane.Process, error) {
+	return l.startProvisioner(name, filepath.Join(l.BinDir, "csi-provisioner"), extra...)
+}
+
+func (l *Lab) startProvisioner(name, binary string, extra ...string) (*controlplane.Process, error) {
 	args := append([]string{
 		"--csi-address=unix://" + l.controllerSock, "--kubeconfig=" + l.provKubeconfig,
 		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=3",
 	}, append(append([]string(nil), l.cfg.ProvisionerArgs...), extra...)...)
-	return l.Cluster.StartProcess(name, filepath.Join(l.BinDir, "csi-provisioner"), args, nil)
+	return l.Cluster.StartProcess(name, binary, args, nil)
 }
 
 // StopProvisioner stops the running provisioner (SIGTERM).

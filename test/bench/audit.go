@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+)
+
+// provisionerUser is the user csi-provisioner runs as in the lab (its
+// ServiceAccount of deploy/), for whichever binary is measured.
+const provisionerUser = "system:serviceaccount:csi-topology:csi-provisioner"
+
+// auditPolicy records the provisioner's requests only, without bodies. A
+// watch appears at ResponseStarted and again at ResponseComplete; requests
+// are counted once by audit ID.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["` + provisionerUser + `"]
+- level: None
+`
+
+// auditEvent is the part of an audit.k8s.io/v1 Event the benchmark reads.
+type auditEvent struct {
+	AuditID string `json:"auditID"`
+	Verb    string `json:"verb"`
+	User    struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+}
+
+// request is one API request of the provisioner.
+type request struct {
+	at  time.Time
+	key string // "verb resource[/subresource]"
+}
+
+// readAudit returns the provisioner's requests in the audit log, once each,
+// in the order received.
+func readAudit(path string) ([]request, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	seen := map[string]bool{}
+	var out []request
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if e.User.Username != provisionerUser || seen[e.AuditID] {
+			continue
+		}
+		seen[e.AuditID] = true
+		key := e.Verb + " (non-resource)"
+		if e.ObjectRef != nil {
+			key = e.Verb + " " + e.ObjectRef.Resource
+			if e.ObjectRef.Subresource != "" {
+				key += "/" + e.ObjectRef.Subresource
+			}
+		}
+		out = append(out, request{at: e.RequestReceived, key: key})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	return out, sc.Err()
+}
+
+// countRequests counts the requests received in [from, to) by key.
+func countRequests(reqs []request, from, to time.Time) map[string]int {
+	out := map[string]int{}
+	for _, r := range reqs {
+		if !r.at.Before(from) && r.at.Before(to) {
+			out[r.key]++
+		}
+	}
+	return out
+}
+
+// isEventWrite reports whether a request key posts an Event (either API).
+func isEventWrite(key string) bool {
+	switch key {
+	case "create events", "patch events", "update events":
+		return true
+	}
+	return false
+}
+
+// lastEventWrite returns when the last Event write at or after from was
+// received (zero without one).
+func lastEventWrite(reqs []request, from time.Time) time.Time {
+	var last time.Time
+	for _, r := range reqs {
+		if isEventWrite(r.key) && !r.at.Before(from) {
+			last = r.at
+		}
+	}
+	return last
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is a benchmark's runs.
+type Report struct {
+	Machine Machine   `json:"machine"`
+	Command string    `json:"command"`
+	Options Options   `json:"options"`
+	Started time.Time `json:"started"`
+	Runs    []Result  `json:"runs"`
+}
+
+// Failed reports whether a check of any run failed.
+func (r *Report) Failed() bool {
+	for _, run := range r.Runs {
+		if len(run.Failures) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Write writes each run as JSON and the table as table.md into dir.
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, run := range r.Runs {
+		name := fmt.Sprintf("%s%s-%dnodes-%s-rep%d.json", run.Scenario, suffix(run.Scheduler), run.Nodes, run.Contender, run.Rep)
+		data, err := json.MarshalIndent(struct {
+			Machine Machine `json:"machine"`
+			Command string  `json:"command"`
+			Result
+		}{r.Machine, r.Command, run}, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), append(data, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "table.md"), []byte(r.Markdown()), 0o644)
+}
+
+func suffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "-" + s
+}
+
+// scenarioTitles explain each scenario in the table.
+var scenarioTitles = map[string]string{
+	"backlog": "A′ backlog: N Immediate claims exist, then the provisioner starts (--kube-api-qps=1000 --kube-api-burst=2000)",
+	"delete":  "Delete: the backlog's claims deleted, reclaim policy Delete, same process (figures per deleted PV)",
+	"burst":   "A burst: the provisioner runs at its defaults, then N claims are created at once",
+	"wffc":    "B WaitForFirstConsumer: N pod + claim pairs, capacity tracking on; stock kube-scheduler vs csi-topology-scheduler (plugin); figures per pod, latency create → scheduled",
+}
+
+// group is the runs of one table row.
+type group struct {
+	scenario, scheduler, contender string
+	nodes                          int
+	runs                           []Result
+}
+
+// Markdown renders the medians of each scenario, size and contender, with
+// the ratio theirs / ours when --compare ran.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %d CPUs, %s, %s. Command: `%s`. %d claims per run, %d reps per provisioner (medians; load = 1-minute load average before each rep).\n",
+		r.Machine.CPUs, r.Machine.Model, r.Machine.GoVersion, r.Command, r.Options.Claims, r.Options.Reps)
+	if r.Options.Compare != "" {
+		fmt.Fprintf(&b, "theirs: `%s`, run alternately with ours.\n", r.Options.Compare)
+	}
+	groups := r.groups()
+	for _, scenario := range allScenarios {
+		rows := []string{}
+		for _, g := range groups {
+			if g.scenario == scenario {
+				rows = append(rows, g.row())
+				if g.contender == theirs {
+					if o := findGroup(groups, g.scenario, g.scheduler, ours, g.nodes); o != nil {
+						rows = append(rows, ratioRow(o, g))
+					}
+				}
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n### %s\n\n", scenarioTitles[scenario])
+		b.WriteString("| nodes | provisioner | per s | start → first s | start → all s | p50 s | p99 s | start-up s | CPU start-up ms | CPU steady ms/vol | CPU ms/vol (all) | peak RSS MB | requests/vol | Events during / after | sched CPU ms/pod | load | checks |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, row := range rows {
+			b.WriteString(row)
+		}
+	}
+	b.WriteString("\n### API requests per volume by verb and resource (medians)\n\n| scenario | nodes | provisioner | requests |\n|---|---|---|---|\n")
+	for _, g := range groups {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", g.scenario+suffix(g.scheduler), g.nodes, g.contender, g.requests())
+	}
+	return b.String()
+}
+
+func (r *Report) groups() []*group {
+	var out []*group
+	for _, run := range r.Runs {
+		g := findGroup(out, run.Scenario, run.Scheduler, run.Contender, run.Nodes)
+		if g == nil {
+			g = &group{scenario: run.Scenario, scheduler: run.Scheduler, contender: run.Contender, nodes: run.Nodes}
+			out = append(out, g)
+		}
+		g.runs = append(g.runs, run)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.nodes != b.nodes {
+			return a.nodes < b.nodes
+		}
+		if a.scheduler != b.scheduler {
+			return a.scheduler > b.scheduler // stock before plugin
+		}
+		return a.contender < b.contender // ours before theirs
+	})
+	return out
+}
+
+func findGroup(groups []*group, scenario, scheduler, contender string, nodes int) *group {
+	for _, g := range groups {
+		if g.scenario == scenario && g.scheduler == scheduler && g.contender == contender && g.nodes == nodes {
+			return g
+		}
+	}
+	return nil
+}
+
+// median of one figure over the group's runs.
+func (g *group) median(f func(Result) float64) float64 {
+	var v []float64
+	for _, r := range g.runs {
+		v = append(v, f(r))
+	}
+	sort.Float64s(v)
+	if len(v) == 0 {
+		return 0
+	}
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// figures are the table's numeric columns, in order.
+var figures = []func(Result) float64{
+	func(r Result) float64 { return r.PerSecond },
+	func(r Result) float64 { return r.ToFirst },
+	func(r Result) float64 { return r.ToAll },
+	func(r Result) float64 { return r.P50 },
+	func(r Result) float64 { return r.P99 },
+	func(r Result) float64 { return r.Startup },
+	func(r Result) float64 { return r.CPUStartup },
+	func(r Result) float64 { return r.CPUSteadyPerVolume },
+	func(r Result) float64 { return r.CPUPerVolume },
+	func(r Result) float64 { return r.PeakRSS },
+	func(r Result) float64 { return r.RequestsPerVolume },
+}
+
+func (g *group) row() string {
+	cells := []string{fmt.Sprint(g.nodes), g.contender + suffix(g.scheduler)}
+	for _, f := range figures {
+		cells = append(cells, num(g.median(f)))
+	}
+	cells = append(cells,
+		fmt.Sprintf("%s / %s", num(g.median(func(r Result) float64 { return float64(r.EventsDuring) })),
+			num(g.median(func(r Result) float64 { return float64(r.EventsAfter) }))),
+		num(g.median(func(r Result) float64 { return r.SchedulerCPUPerPod })))
+	var loads, failures []string
+	for _, r := range g.runs {
+		loads = append(loads, fmt.Sprintf("%.1f", r.LoadAverage[0]))
+		failures = append(failures, r.Failures...)
+	}
+	check := "ok"
+	if len(failures) > 0 {
+		check = "FAILED: " + strings.Join(failures, "; ")
+	}
+	cells = append(cells, strings.Join(loads, ", "), check)
+	return "| " + strings.Join(cells, " | ") + " |\n"
+}
+
+// ratioRow is theirs / ours for each figure.
+func ratioRow(o, t *group) string {
+	cells := []string{fmt.Sprint(o.nodes), "theirs / ours"}
+	for _, f := range figures {
+		a, b := o.median(f), t.median(f)
+		if a == 0 {
+			cells = append(cells, "")
+			continue
+		}
+		cells = append(cells, fmt.Sprintf("%.2f×", b/a))
+	}
+	cells = append(cells, "", "", "", "")
+	return "| " + strings.Join(cells, " | ") + " |\n"
+}
+
+// requests renders the median count per volume of each request kind.
+func (g *group) requests() string {
+	keys := map[string]bool{}
+	for _, r := range g.runs {
+		for k := range r.Requests {
+			keys[k] = true
+		}
+	}
+	type kv struct {
+		k string
+		v float64
+	}
+	var list []kv
+	for k := range keys {
+		list = append(list, kv{k, g.median(func(r Result) float64 { return float64(r.Requests[k]) / float64(r.Volumes) })})
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].v != list[j].v {
+			return list[i].v > list[j].v
+		}
+		return list[i].k < list[j].k
+	})
+	var parts []string
+	for _, e := range list {
+		parts = append(parts, fmt.Sprintf("%s %s", e.k, num(e.v)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// num renders a figure with three significant digits.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case v == 0:
+		return "0"
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+func round(v float64) string { return num(v) }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"sort"
+	"time"
+)
+
+// Contenders: our csi-provisioner, and the binary of --compare.
+const (
+	ours   = "ours"
+	theirs = "theirs"
+)
+
+// Result is the outcome of one run: one scenario, one contender, one rep.
+// Times are in seconds, CPU in milliseconds of the provisioner process
+// (user + system, from /proc/<pid>/stat).
+type Result struct {
+	Scenario  string `json:"scenario"`
+	Contender string `json:"contender"`
+	Binary    string `json:"binary"`
+	Nodes     int    `json:"nodes"`
+	Volumes   int    `json:"volumes"`
+	Rep       int    `json:"rep"`
+	// LoadAverage is the machine's 1, 5 and 15 minute load before the run.
+	LoadAverage [3]float64 `json:"loadAverage"`
+	// PerSecond is PVs created (delete: PVs removed; wffc: pods scheduled)
+	// per second, from the first to the last.
+	PerSecond float64 `json:"perSecond"`
+	// ToFirst is start -> first PV (delete: first PV gone; wffc: first pod
+	// scheduled). Start: the provisioner's launch for backlog, the first
+	// claim's creation for burst and wffc, the first delete for delete.
+	ToFirst float64 `json:"startToFirst"`
+	// ToAll is start -> all claims Bound (delete: all PVs gone).
+	ToAll float64 `json:"startToAll"`
+	// P50 and P99 are per claim, create -> Bound (backlog: from the later of
+	// its creation and the launch; delete: delete -> PV gone; wffc: pod
+	// create -> scheduled).
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	// Startup is launch -> informers synced ("Started provisioner
+	// controller" in the log), CPUStartup the CPU it took (backlog and
+	// burst).
+	Startup    float64 `json:"startup,omitempty"`
+	CPUStartup float64 `json:"cpuStartupMs,omitempty"`
+	// CPUSteadyPerVolume is the CPU from the first to the last PV divided by
+	// their number; CPUPerVolume all the CPU of the run (start-up included
+	// for backlog) divided by the volumes.
+	CPUSteadyPerVolume float64 `json:"cpuSteadyMsPerVolume"`
+	CPUPerVolume       float64 `json:"cpuMsPerVolume"`
+	// PeakRSS is VmHWM at the end of the run, in MB.
+	PeakRSS float64 `json:"peakRssMB,omitempty"`
+	// RSSAnon and RSSFile split the resident memory at the end of the run:
+	// anonymous (Go heap, stacks) and file-backed (the binary's pages).
+	RSSAnon float64 `json:"rssAnonMB,omitempty"`
+	RSSFile float64 `json:"rssFileMB,omitempty"`
+	// Requests counts the provisioner's API requests of the run by "verb
+	// resource" (audit log); RequestsPerVolume is their sum per volume.
+	Requests          map[string]int `json:"requests"`
+	RequestsPerVolume float64        `json:"requestsPerVolume"`
+	// EventsDuring are Event writes until all claims were Bound (delete: all
+	// PVs gone), EventsAfter those after, until they stopped.
+	EventsDuring int `json:"eventsDuring"`
+	EventsAfter  int `json:"eventsAfter"`
+	// Scheduler ("stock" or "plugin") and its CPU per pod, wffc only.
+	Scheduler          string  `json:"scheduler,omitempty"`
+	SchedulerCPUPerPod float64 `json:"schedulerCpuMsPerPod,omitempty"`
+	// Failures lists the checks that failed; empty when all passed.
+	Failures []string `json:"failures"`
+}
+
+// latencies returns the p50 and p99 of end[k] - max(start[k], floor) over
+// the keys of end, in seconds.
+func latencies(start, end map[string]time.Time, floor time.Time) (p50, p99 float64) {
+	var d []float64
+	for k, e := range end {
+		s, ok := start[k]
+		if !ok {
+			continue
+		}
+		if s.Before(floor) {
+			s = floor
+		}
+		d = append(d, e.Sub(s).Seconds())
+	}
+	return percentile(d, 50), percentile(d, 99)
+}
+
+// percentile returns the p-th percentile (nearest rank) of values.
+func percentile(values []float64, p float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	v := append([]float64(nil), values...)
+	sort.Float64s(v)
+	rank := int(p/100*float64(len(v))+0.999999) - 1
+	if rank < 0 {
+		rank = 0
+	}
+	if rank >= len(v) {
+		rank = len(v) - 1
+	}
+	return v[rank]
+}
+
+// rate returns count-1 intervals per second between first and last (count
+// per second when they coincide).
+func rate(count int, first, last time.Time) float64 {
+	if count < 2 || !last.After(first) {
+		return 0
+	}
+	return float64(count-1) / last.Sub(first).Seconds()
+}
+
+// sum adds the values of m.
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
