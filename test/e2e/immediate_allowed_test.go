@@ -21,7 +21,7 @@ import (
 func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
 	t.Run("no node satisfies the class", func(t *testing.T) {
 		ctx, ns := newNamespace(t)
-		before := volumeCount(t, ctx)
+		before := mustNamespaceVolumes(t, ctx, ns)
 		class := newClass(t, ctx, ns+"-unknown", classOpts{immediate: true, terms: []v1.TopologySelectorTerm{
 			{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: "example.com/unknown", Values: []string{"x"}}}},
 		}})
@@ -52,7 +52,7 @@ func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
 		if n := volumesOfClaim(t, ctx, pvc.UID); n != 0 {
 			t.Errorf("the driver has %d volume(s) for the claim, want none", n)
 		}
-		if after := volumeCount(t, ctx); after > before {
+		if after := mustNamespaceVolumes(t, ctx, ns); after > before {
 			t.Errorf("driver volumes %d -> %d: a refused claim made a volume", before, after)
 		}
 		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})

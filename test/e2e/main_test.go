@@ -234,15 +234,38 @@ func volumeOf(t *testing.T, ctx context.Context, pv *v1.PersistentVolume) state.
 	return state.Volume{}
 }
 
-// volumesNamed counts the driver's volumes of the claims of a namespace
-// (the volume name carries the claim UID).
-func volumeCount(t *testing.T, ctx context.Context) int {
-	t.Helper()
+// namespaceVolumes counts the driver's volumes of the claims of namespace ns
+// (a volume's name carries its claim's UID), so that volumes of other tests,
+// still being deleted, do not count.
+func namespaceVolumes(ctx context.Context, ns string) (int, error) {
+	claims, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
 	vols, err := env.Volumes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range vols {
+		for _, c := range claims.Items {
+			if strings.HasSuffix(v.Name, string(c.UID)) {
+				n++
+				break
+			}
+		}
+	}
+	return n, nil
+}
+
+// mustNamespaceVolumes is namespaceVolumes that fails the test on error.
+func mustNamespaceVolumes(t *testing.T, ctx context.Context, ns string) int {
+	t.Helper()
+	n, err := namespaceVolumes(ctx, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(vols)
+	return n
 }
 
 // eventsOf returns the events of an object as one string.

@@ -73,7 +73,7 @@ func TestAllowedTopologies(t *testing.T) {
 
 	// A pod pinned to the third zone cannot get a volume: it stays Pending
 	// with a scheduler event, and nothing is created.
-	before := volumeCount(t, ctx)
+	before := mustNamespaceVolumes(t, ctx, ns)
 	newPVC(t, ctx, ns, "pinned", wffc)
 	newPod(t, ctx, ns, "pinned", podOpts{claims: []string{"pinned"}, nodeSelector: map[string]string{zoneKey: "z3"}})
 	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
@@ -90,7 +90,7 @@ func TestAllowedTopologies(t *testing.T) {
 	if err != nil || pvc.Status.Phase == v1.ClaimBound || pvc.Annotations["volume.kubernetes.io/selected-node"] != "" {
 		t.Errorf("pinned claim: phase %s, annotations %v (%v)", pvc.Status.Phase, pvc.Annotations, err)
 	}
-	if after := volumeCount(t, ctx); after != before {
+	if after := mustNamespaceVolumes(t, ctx, ns); after != before {
 		t.Errorf("driver volumes %d -> %d for an unschedulable pod", before, after)
 	}
 }
@@ -165,7 +165,7 @@ func TestSpreadAcrossZones(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = env.SetCapacity(context.WithoutCancel(ctx), "z3", 100*gi) })
-		before := volumeCount(t, ctx)
+		before := mustNamespaceVolumes(t, ctx, ns)
 		for i := 0; i < 3; i++ {
 			claim := fmt.Sprintf("data-db-%d", i)
 			newPVC(t, ctx, ns, claim, class)
@@ -202,7 +202,11 @@ func TestSpreadAcrossZones(t *testing.T) {
 		// volumes remain.
 		var after int
 		err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-			after = volumeCount(t, ctx)
+			n, err := namespaceVolumes(ctx, ns)
+			if err != nil {
+				return false, nil
+			}
+			after = n
 			return after == before+2, nil
 		})
 		if err != nil {
