@@ -74,6 +74,22 @@ func (i *replayInformer) replay() int {
 	return n
 }
 
+// replayKey replays the cached object of key, if it is wanted, and
+// reports whether it did.
+func (i *replayInformer) replayKey(key string) bool {
+	obj, ok, err := i.GetStore().GetByKey(key)
+	if err != nil || !ok || !i.wanted(obj) {
+		return false
+	}
+	i.mu.Lock()
+	handlers := append([]cache.ResourceEventHandler(nil), i.handlers...)
+	i.mu.Unlock()
+	for _, h := range handlers {
+		h.OnUpdate(obj, obj)
+	}
+	return true
+}
+
 // pendingClaim: a claim without a volume yet, not being deleted.
 func pendingClaim(obj any) bool {
 	c, ok := obj.(*v1.PersistentVolumeClaim)
