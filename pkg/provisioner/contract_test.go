@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -359,5 +360,63 @@ func TestSlowRetries(t *testing.T) {
 				t.Errorf("marks left: %v", s.marked)
 			}
 		})
+	}
+}
+
+// codeByName fails CreateVolume with the code given for the volume's name
+// and counts the calls per name.
+type codeByName struct {
+	ControllerClient
+	codes map[string]codes.Code
+
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *codeByName) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest, _ ...grpc.CallOption) (*csi.CreateVolumeResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[req.GetName()]++
+	return nil, status.Error(c.codes[req.GetName()], "refused")
+}
+
+func (c *codeByName) count(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[name]
+}
+
+// TestControllerRetriesInvalidArgumentSlowly runs the whole controller: a
+// claim failing with INTERNAL is retried on the exponential backoff (10ms,
+// 20ms, 40ms ...) while a claim failing with INVALID_ARGUMENT, queued at
+// the same time, waits the maximum (an hour) after its first attempt.
+//
+// The in-flight record is off: its finalizer PATCH before each CreateVolume
+// is a claim update, which the library queues at once, bypassing the rate
+// limiter. A real API server sends no event for a PATCH that changes
+// nothing, so there only the first attempt (which adds the finalizer) is
+// followed by an immediate second one; the fake clientset sends an event for
+// every PATCH, which would retry every attempt at once, whatever the code.
+func TestControllerRetriesInvalidArgumentSlowly(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	_, mockClient := startMock(t, ctx, nil)
+	csiClient := &codeByName{ControllerClient: mockClient, calls: map[string]int{},
+		codes: map[string]codes.Code{"pvc-uid-invalid": codes.InvalidArgument, "pvc-uid-internal": codes.Internal}}
+	objs := []runtime.Object{makeClass("plain").immediate().StorageClass}
+	for _, name := range []string{"invalid", "internal"} {
+		c := makePVC(name, "plain").PersistentVolumeClaim
+		c.Annotations = map[string]string{"volume.kubernetes.io/storage-provisioner": testDriver}
+		objs = append(objs, c)
+	}
+	runController(t, ctx, ControllerConfig{RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: time.Hour, DisableInFlightRecord: true},
+		csiClient, objs...)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return csiClient.count("pvc-uid-internal") >= 4, nil
+	}); err != nil {
+		t.Fatalf("the INTERNAL claim was tried %d times, want 4 or more: %v", csiClient.count("pvc-uid-internal"), err)
+	}
+	if n := csiClient.count("pvc-uid-invalid"); n != 1 {
+		t.Errorf("the INVALID_ARGUMENT claim was tried %d times while the INTERNAL one was tried %d times, want once",
+			n, csiClient.count("pvc-uid-internal"))
 	}
 }
