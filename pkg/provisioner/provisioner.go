@@ -217,8 +217,9 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		if reason == RescheduleNoCapacity && seg != nil {
 			p.full.learn(ctx, class.Name, seg, false, "RESOURCE_EXHAUSTED")
 		}
+		code := status.Code(err)
 		err = fmt.Errorf("CreateVolume %q: %w", req.csi.Name, err)
-		if status.Code(errors.Unwrap(err)) == codes.InvalidArgument && p.deps.Retries != nil {
+		if code == codes.InvalidArgument && p.deps.Retries != nil {
 			p.deps.Retries.Slow(claim.UID)
 			err = fmt.Errorf("%w; the driver finds the request invalid: next attempt in %s, or at once when the claim changes",
 				err, p.deps.Retries.Max())
