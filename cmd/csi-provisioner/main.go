@@ -127,6 +127,7 @@ func run(ctx context.Context, cfg config) error {
 	cc.Provisioner.SupportsSingleNodeMultiWriter = info.SupportsSingleNodeMultiWriter
 	cc.Provisioner.SupportsClone, cc.Provisioner.SupportsSnapshot = info.SupportsClone, info.SupportsSnapshot
 	cc.Provisioner.SupportsModify = info.SupportsModify
+	cc.Provisioner.SupportsAttach = info.SupportsAttach
 	cc.Provisioner.IgnoreAttributesClasses = !cfg.featureGates.enabled("VolumeAttributesClass")
 	if cc.Sources, err = sourcesConfig(ctx, cfg, info, clients.Work, restCfg); err != nil {
 		return err

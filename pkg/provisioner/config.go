@@ -30,6 +30,11 @@ type Config struct {
 	// controller capability; without it claims naming a
 	// VolumeAttributesClass are refused.
 	SupportsModify bool
+	// SupportsAttach is true when the driver advertises the
+	// PUBLISH_UNPUBLISH_VOLUME controller capability; the Controller then
+	// watches VolumeAttachments and a PV's volume is not deleted while one
+	// names the PV (Deps.Attachments), as upstream does.
+	SupportsAttach bool
 	// PreventVolumeModeConversion refuses a restore into another volume
 	// mode than the snapshot's source had, unless its VolumeSnapshotContent
 	// carries snapshot.storage.kubernetes.io/allow-volume-mode-change=true

@@ -182,6 +182,14 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if !cfg.DisableInFlightRecord {
 		deps.ClaimPatcher = client.CoreV1()
 	}
+	deps.Retries = NewSlowRetries(workqueue.NewItemExponentialFailureRateLimiter(cfg.RetryIntervalStart, cfg.RetryIntervalMax), cfg.RetryIntervalMax)
+	var attachments cache.SharedIndexInformer
+	if cfg.Provisioner.SupportsAttach {
+		attachments = factory.Storage().V1().VolumeAttachments().Informer()
+		if deps.Attachments, err = NewAttachmentIndex(attachments); err != nil {
+			return nil, err
+		}
+	}
 	if capacity != nil {
 		capacity.metrics = deps.Metrics
 		deps.Capacity = capacity
@@ -210,6 +218,12 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		libClient = withRecordGuard(libClient, p, records.recorder)
 	}
 	libClaims, libVolumes := newReplayInformer(claims, pendingClaim), newReplayInformer(volumes, volumeToDelete)
+	if attachments != nil {
+		// A PV waiting for its detach is deleted as soon as it is detached.
+		if _, err := attachments.AddEventHandler(attachmentGoneHandler(func(pv string) { libVolumes.replayKey(pv) })); err != nil {
+			return nil, fmt.Errorf("watching VolumeAttachments: %w", err)
+		}
+	}
 	opts := []func(*controller.ProvisionController) error{
 		controller.ClaimsInformer(libClaims),
 		controller.VolumesInformer(libVolumes),
@@ -217,7 +231,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		controller.NodesLister(corelisters.NewNodeLister(nodes.GetIndexer())),
 		controller.Threadiness(cfg.WorkerThreads),
 		controller.ResyncPeriod(cfg.ResyncPeriod),
-		controller.RateLimiter(workqueue.NewItemExponentialFailureRateLimiter(cfg.RetryIntervalStart, cfg.RetryIntervalMax)),
+		controller.RateLimiter(deps.Retries),
 		controller.CreateProvisionedPVLimiter(workqueue.DefaultControllerRateLimiter()),
 		controller.AddFinalizer(true),
 		controller.FailedProvisionThreshold(0),

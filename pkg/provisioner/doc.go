@@ -17,7 +17,10 @@
 // a while (Config.FullSegmentHold): claims on nodes there go back to the
 // scheduler without a CreateVolume, and are then asked for that segment
 // only, so that a pod pinned to a full zone does not make the driver create
-// and delete a volume elsewhere on every scheduling attempt.
+// and delete a volume elsewhere on every scheduling attempt. A claim the
+// driver refused with INVALID_ARGUMENT is retried only after the longest
+// backoff (SlowRetries). A PV's volume is not deleted while a
+// VolumeAttachment names the PV (AttachmentIndex).
 //
 // Every read of StorageClass, Node, CSINode, PV and PVC objects comes from
 // informers of one shared informer factory (see Controller); the only API GETs

@@ -30,6 +30,8 @@ type DriverInfo struct {
 	SupportsSnapshot bool
 	// SupportsModify: the MODIFY_VOLUME controller capability.
 	SupportsModify bool
+	// SupportsAttach: the PUBLISH_UNPUBLISH_VOLUME controller capability.
+	SupportsAttach bool
 }
 
 // ErrDriverUnusable marks a driver the provisioner cannot work with: no
@@ -68,7 +70,7 @@ func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsMan
 		mm.SetDriverName(info.Name)
 	}
 	logger.Info("Connected to CSI driver", "driver", info.Name, "topology", info.SupportsTopology,
-		"capacity", info.SupportsCapacity, "clone", info.SupportsClone, "snapshot", info.SupportsSnapshot, "modify", info.SupportsModify)
+		"capacity", info.SupportsCapacity, "clone", info.SupportsClone, "snapshot", info.SupportsSnapshot, "modify", info.SupportsModify, "attach", info.SupportsAttach)
 	return conn, info, nil
 }
 
@@ -101,5 +103,6 @@ func queryDriver(ctx context.Context, conn *grpc.ClientConn) (DriverInfo, error)
 		SupportsClone:                 ctrlCaps[csi.ControllerServiceCapability_RPC_CLONE_VOLUME],
 		SupportsSnapshot:              ctrlCaps[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT],
 		SupportsModify:                ctrlCaps[csi.ControllerServiceCapability_RPC_MODIFY_VOLUME],
+		SupportsAttach:                ctrlCaps[csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME],
 	}, nil
 }

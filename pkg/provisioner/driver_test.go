@@ -19,12 +19,12 @@ func TestConnectDriver(t *testing.T) {
 		wantErr string
 	}{
 		{name: "topology driver", want: DriverInfo{Name: testDriver, SupportsTopology: true, SupportsCapacity: true,
-			SupportsClone: true, SupportsSnapshot: true, SupportsModify: true}},
+			SupportsClone: true, SupportsSnapshot: true, SupportsModify: true, SupportsAttach: true}},
 		{name: "no topology", mutate: func(c *driver.Config) { c.DisableTopology = true }, want: DriverInfo{Name: testDriver, SupportsCapacity: true,
-			SupportsClone: true, SupportsSnapshot: true, SupportsModify: true}},
+			SupportsClone: true, SupportsSnapshot: true, SupportsModify: true, SupportsAttach: true}},
 		{name: "no snapshots, clones or modify", mutate: func(c *driver.Config) {
 			c.DisableSnapshots, c.DisableCloning, c.DisableModify = true, true, true
-		}, want: DriverInfo{Name: testDriver, SupportsTopology: true, SupportsCapacity: true}},
+		}, want: DriverInfo{Name: testDriver, SupportsTopology: true, SupportsCapacity: true, SupportsAttach: true}},
 		{name: "node-only driver cannot provision", mutate: func(c *driver.Config) { c.Mode = driver.ModeNode; c.NodeID = "n1" }, wantErr: "has no controller service"},
 	}
 	for _, tc := range tests {

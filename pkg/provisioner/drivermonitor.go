@@ -240,6 +240,7 @@ func driverChange(old, cur DriverInfo, usesCapacity bool) string {
 	describe("CLONE_VOLUME", old.SupportsClone, cur.SupportsClone)
 	describe("CREATE_DELETE_SNAPSHOT", old.SupportsSnapshot, cur.SupportsSnapshot)
 	describe("MODIFY_VOLUME", old.SupportsModify, cur.SupportsModify)
+	describe("PUBLISH_UNPUBLISH_VOLUME", old.SupportsAttach, cur.SupportsAttach)
 	if usesCapacity && old.SupportsCapacity && !cur.SupportsCapacity {
 		changes = append(changes, "GET_CAPACITY disappeared (--enable-capacity needs it)")
 	}

@@ -59,6 +59,8 @@ func TestDriverChange(t *testing.T) {
 		{name: "topology gone", cur: DriverInfo{Name: "d", SupportsCapacity: true}, want: "VOLUME_ACCESSIBILITY_CONSTRAINTS disappeared"},
 		{name: "multi-writer appeared", cur: DriverInfo{Name: "d", SupportsTopology: true, SupportsCapacity: true, SupportsSingleNodeMultiWriter: true},
 			want: "SINGLE_NODE_MULTI_WRITER appeared"},
+		{name: "attach appeared", cur: DriverInfo{Name: "d", SupportsTopology: true, SupportsCapacity: true, SupportsAttach: true},
+			want: "PUBLISH_UNPUBLISH_VOLUME appeared"},
 		{name: "capacity gone, not used", cur: DriverInfo{Name: "d", SupportsTopology: true}},
 		{name: "capacity gone, used", cur: DriverInfo{Name: "d", SupportsTopology: true}, usesCapacity: true, want: "GET_CAPACITY disappeared (--enable-capacity needs it)"},
 	}

@@ -72,6 +72,14 @@ type Deps struct {
 	// off, which is unsafe: a volume created before a crash or a race can
 	// leak (inflight.go).
 	ClaimPatcher corev1client.PersistentVolumeClaimsGetter
+	// Attachments tells which VolumeAttachments name a PV: Delete refuses
+	// while one does. nil: no check (a driver without
+	// PUBLISH_UNPUBLISH_VOLUME). See attachments.go.
+	Attachments *AttachmentIndex
+	// Retries slows the library's next retry of a claim the driver refused
+	// as invalid (INVALID_ARGUMENT). nil: every failure backs off alike.
+	// See slowretry.go.
+	Retries *SlowRetries
 }
 
 // Provisioner provisions and deletes volumes of one CSI driver. It implements
@@ -120,6 +128,8 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	start := time.Now()
 	defer p.records.enter(opts.PVC.UID)()
+	// Only this attempt's outcome decides how slowly the next one comes.
+	p.deps.Retries.Unmark(opts.PVC.UID)
 	pv, state, err := p.provision(ctx, opts)
 	p.recordOutcome(opts.PVC.UID, pv)
 	var ignored *controller.IgnoredError
@@ -207,7 +217,14 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		if reason == RescheduleNoCapacity && seg != nil {
 			p.full.learn(ctx, class.Name, seg, false, "RESOURCE_EXHAUSTED")
 		}
-		return p.fail(ctx, claim, req.csi.Name, state, reason, fmt.Errorf("CreateVolume %q: %w", req.csi.Name, err))
+		code := status.Code(err)
+		err = fmt.Errorf("CreateVolume %q: %w", req.csi.Name, err)
+		if code == codes.InvalidArgument && p.deps.Retries != nil {
+			p.deps.Retries.Slow(claim.UID)
+			err = fmt.Errorf("%w; the driver finds the request invalid: next attempt in %s, or at once when the claim changes",
+				err, p.deps.Retries.Max())
+		}
+		return p.fail(ctx, claim, req.csi.Name, state, reason, err)
 	}
 	p.forgetBackground(claim.UID)
 
@@ -380,6 +397,9 @@ func (p *Provisioner) Delete(ctx context.Context, pv *v1.PersistentVolume) error
 }
 
 func (p *Provisioner) delete(ctx context.Context, pv *v1.PersistentVolume) error {
+	if err := p.checkDetached(pv.Name); err != nil {
+		return err
+	}
 	var secrets map[string]string
 	name, ns := pv.Annotations[annDeletionSecretName], pv.Annotations[annDeletionSecretNamespace]
 	if name != "" {

@@ -58,9 +58,7 @@ func (i *replayInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler
 // replay hands every wanted cached object to the remembered handlers as an
 // update without change, and returns how many objects it replayed.
 func (i *replayInformer) replay() int {
-	i.mu.Lock()
-	handlers := append([]cache.ResourceEventHandler(nil), i.handlers...)
-	i.mu.Unlock()
+	handlers := i.remembered()
 	n := 0
 	for _, obj := range i.GetStore().List() {
 		if !i.wanted(obj) {
@@ -72,6 +70,26 @@ func (i *replayInformer) replay() int {
 		}
 	}
 	return n
+}
+
+// replayKey replays the cached object of key, if it is wanted, and
+// reports whether it did.
+func (i *replayInformer) replayKey(key string) bool {
+	obj, ok, err := i.GetStore().GetByKey(key)
+	if err != nil || !ok || !i.wanted(obj) {
+		return false
+	}
+	for _, h := range i.remembered() {
+		h.OnUpdate(obj, obj)
+	}
+	return true
+}
+
+// remembered returns a copy of the handlers added through the informer.
+func (i *replayInformer) remembered() []cache.ResourceEventHandler {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return append([]cache.ResourceEventHandler(nil), i.handlers...)
 }
 
 // pendingClaim: a claim without a volume yet, not being deleted.
