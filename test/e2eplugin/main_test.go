@@ -42,7 +42,8 @@ profiles:
 // serviceAccountConfig is schedulerConfig for csi-topology-scheduler running
 // under its ServiceAccount with the RBAC of
 // deploy/kubernetes/components/scheduler-plugin, with leader election on
-// the Lease that RBAC grants.
+// the Lease that RBAC grants, reading the driver heartbeat Leases in the
+// namespace that RBAC grants.
 const serviceAccountConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
@@ -64,7 +65,7 @@ profiles:
       reserve: {enabled: [{name: CSITopology}]}
     pluginConfig:
       - name: CSITopology
-        args: {driverName: mock.csi.example.com}
+        args: {driverName: mock.csi.example.com, heartbeatNamespace: csi-topology}
 `
 
 const gi = int64(1) << 30
