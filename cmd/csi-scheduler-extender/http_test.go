@@ -91,3 +91,28 @@ func TestHealthAndMetricsMux(t *testing.T) {
 		})
 	}
 }
+
+func TestParseFlagsHeartbeat(t *testing.T) {
+	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+	tests := []struct {
+		name   string
+		args   []string
+		wantOn bool
+		wantNS string
+	}{
+		{name: "on by default, all namespaces", args: []string{"--driver-name=d"}, wantOn: true},
+		{name: "off", args: []string{"--driver-name=d", "--driver-heartbeat=false"}},
+		{name: "one namespace", args: []string{"--driver-name=d", "--heartbeat-namespace=csi"}, wantOn: true, wantNS: "csi"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.heartbeat != tc.wantOn || cfg.heartbeatNS != tc.wantNS {
+				t.Errorf("heartbeat %v in %q, want %v in %q", cfg.heartbeat, cfg.heartbeatNS, tc.wantOn, tc.wantNS)
+			}
+		})
+	}
+}

@@ -44,6 +44,8 @@ type config struct {
 	kubeAPIBurst int
 	ttl          time.Duration
 	weights      scheduler.ScoreWeights
+	heartbeat    bool
+	heartbeatNS  string
 	showVersion  bool
 }
 
@@ -65,6 +67,8 @@ func parseFlags(args []string) (config, error) {
 		"Weight of the free capacity left in the node's segment in the node score.")
 	fs.Int64Var(&c.weights.VolumeHeadroom, "volume-headroom-weight", scheduler.DefaultScoreWeights().VolumeHeadroom,
 		"Weight of the attach slots left on the node in the node score.")
+	fs.BoolVar(&c.heartbeat, "driver-heartbeat", true, "Filter out, for pods with pending WaitForFirstConsumer claims of the driver, nodes whose driver heartbeat Lease (renewed by csi-node-publisher while the driver answers Probe) has expired. Nodes without such a Lease are never filtered out for it.")
+	fs.StringVar(&c.heartbeatNS, "heartbeat-namespace", "", "Namespace of the driver heartbeat Leases (csi-node-publisher's --lease-namespace); empty means all namespaces, which needs list and watch on Leases cluster-wide.")
 	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "Serve Go profiling (net/http/pprof) under /debug/pprof/ on --http-endpoint (never on --listen).")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
@@ -172,6 +176,21 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	core.SetSnapshots(snapshots)
+	if cfg.heartbeat {
+		// A factory of its own: only the heartbeat Leases, never all Leases.
+		hbFactory, _, liveness, err := scheduler.HeartbeatInformer(client, cfg.heartbeatNS)
+		if err != nil {
+			return err
+		}
+		core.SetLiveness(liveness)
+		hbFactory.Start(ctx.Done())
+		defer hbFactory.Shutdown()
+		for typ, ok := range hbFactory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer cache for %v did not sync", typ)
+			}
+		}
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
@@ -205,7 +224,8 @@ func run(ctx context.Context, cfg config) error {
 	}
 	errCh := make(chan error, 2)
 	go func() {
-		logger.Info("Serving the scheduler extender", "address", cfg.listen, "driver", cfg.driver, "tls", cfg.tlsCert != "")
+		logger.Info("Serving the scheduler extender", "address", cfg.listen, "driver", cfg.driver, "tls", cfg.tlsCert != "",
+			"driverHeartbeat", cfg.heartbeat, "heartbeatNamespace", cfg.heartbeatNS)
 		if cfg.tlsCert != "" {
 			errCh <- srv.ListenAndServeTLS(cfg.tlsCert, cfg.tlsKey)
 		} else {

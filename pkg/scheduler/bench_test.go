@@ -3,6 +3,9 @@ package scheduler
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -167,5 +170,30 @@ func BenchmarkFilterClone(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkFilterHeartbeat filters the target node as BenchmarkFilter does,
+// with the live-driver check on over 5 000 heartbeat Leases (one per node,
+// all live): the check is one index lookup, independent of the number of
+// Leases.
+func BenchmarkFilterHeartbeat(b *testing.B) {
+	cores, target := benchCores(b)
+	now := time.Now()
+	leases := make([]*coordinationv1.Lease, 0, benchNodes)
+	for n := 0; n < benchNodes; n++ {
+		leases = append(leases, heartbeatLease(driver, fmt.Sprintf("node-%d", n), now, time.Hour))
+	}
+	c := cores["reservations=0"]
+	c.SetLiveness(testLiveness(b, "", leases...))
+	pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if st := c.Filter(pv, target); st != nil {
+			b.Fatal(st)
+		}
 	}
 }

@@ -61,6 +61,8 @@ type Listers struct {
 	// Snapshots may be nil: a restore from a VolumeSnapshot is then not
 	// kept in reach of the snapshot's volume (clones still are).
 	Snapshots SnapshotSource
+	// Liveness may be nil: the driver's heartbeat is then not checked.
+	Liveness LivenessSource
 }
 
 // Config configures a Core.
@@ -82,6 +84,7 @@ type Core struct {
 	l       Listers
 	counter *limits.Counter
 	ledger  *Ledger
+	now     func() time.Time
 }
 
 // New returns a Core; counter may be nil (no attach-limit check).
@@ -101,7 +104,10 @@ func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (
 	if err := cfg.ScoreWeights.Validate(); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	c := &Core{cfg: cfg, l: l, counter: counter, ledger: NewLedger(cfg.ReservationTTL, now)}
+	if now == nil {
+		now = time.Now
+	}
+	c := &Core{cfg: cfg, l: l, counter: counter, ledger: NewLedger(cfg.ReservationTTL, now), now: now}
 	c.ledger.SetSettledCheck(c.capacityCounts)
 	return c, nil
 }
@@ -115,6 +121,11 @@ func (c *Core) IgnoreCapacity() { c.l.Capacities = nil }
 // SetSnapshots has the Core follow a restore's VolumeSnapshot to the claim
 // it was taken of (nil turns that off). Call before use.
 func (c *Core) SetSnapshots(s SnapshotSource) { c.l.Snapshots = s }
+
+// SetLiveness has the Core reject nodes where the driver's heartbeat has
+// expired, for pods with pending claims (nil turns that off). Call before
+// use.
+func (c *Core) SetLiveness(l LivenessSource) { c.l.Liveness = l }
 
 // Ledger returns the reservations in flight.
 func (c *Core) Ledger() *Ledger { return c.ledger }
@@ -259,6 +270,9 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 	}
 	seg, st := c.segment(node)
 	if st != nil {
+		return st
+	}
+	if st := c.filterLiveness(node.Name); st != nil {
 		return st
 	}
 	for _, p := range pv.Pending {

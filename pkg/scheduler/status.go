@@ -12,6 +12,13 @@ const (
 	// driver (or the node has no CSINode), so the node can neither
 	// provision for nor mount the pod's volumes of the driver. Unresolvable.
 	ReasonDriverNotRegistered Reason = "CSIDriverNotRegistered"
+	// ReasonDriverNotLive means the driver's heartbeat Lease for the node
+	// (renewed by csi-node-publisher while the driver answers Probe) has
+	// expired: the driver crashed or hangs there, so a new volume selected
+	// for the node would wait for it forever. Only pods with pending
+	// delayed-binding claims are rejected for it; a node without a
+	// heartbeat Lease is never. Unresolvable.
+	ReasonDriverNotLive Reason = "CSIDriverNotLive"
 	// ReasonTopologyLabelMissing means the node lacks a label for one of the
 	// topology keys the driver reports in its CSINode entry, so it has no
 	// segment for a new volume. Unresolvable.

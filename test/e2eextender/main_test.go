@@ -82,7 +82,7 @@ func TestMain(m *testing.M) {
 func startExtender(ctx context.Context) error {
 	p, err := env.Cluster.StartProcess("csi-scheduler-extender", filepath.Join(env.BinDir, "csi-scheduler-extender"),
 		[]string{"--driver-name=" + lab.DriverName, "--kubeconfig=" + extenderKubeconfig, "--listen=" + addr,
-			"--http-endpoint=" + healthAddr, "-v=4"}, nil)
+			"--http-endpoint=" + healthAddr, "--heartbeat-namespace=" + lab.PublisherNamespace, "-v=4"}, nil)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,8 @@ profiles:
 // serviceAccountConfig is schedulerConfig for csi-topology-scheduler running
 // under its ServiceAccount with the RBAC of
 // deploy/kubernetes/components/scheduler-plugin, with leader election on
-// the Lease that RBAC grants. The lease timings tolerate an API server
+// the Lease that RBAC grants, reading the driver heartbeat Leases in the
+// namespace that RBAC grants. The lease timings tolerate an API server
 // slowed down by a loaded machine (a renewal may take seconds): a scheduler
 // that loses its lease exits, and nothing schedules after that. Restarts
 // stay quick because kube-scheduler releases its lease when stopped.
@@ -67,7 +68,7 @@ profiles:
       reserve: {enabled: [{name: CSITopology}]}
     pluginConfig:
       - name: CSITopology
-        args: {driverName: mock.csi.example.com}
+        args: {driverName: mock.csi.example.com, heartbeatNamespace: csi-topology}
 `
 
 const gi = int64(1) << 30

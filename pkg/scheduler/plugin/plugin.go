@@ -41,12 +41,24 @@ type Args struct {
 	// score; a field left out keeps its default (freeCapacity 1,
 	// volumeHeadroom 0). Negative weights, or both 0, are an error.
 	ScoreWeights scheduler.ScoreWeights `json:"scoreWeights"`
+	// DriverHeartbeat turns the live-driver check on (default) or off: a
+	// node whose driver's heartbeat Lease (renewed by csi-node-publisher)
+	// has expired is filtered out for pods with pending delayed-binding
+	// claims of the driver. Nodes without such a Lease are never.
+	DriverHeartbeat *bool `json:"driverHeartbeat,omitempty"`
+	// HeartbeatNamespace is the namespace of the heartbeat Leases (the
+	// csi-node-publisher's --lease-namespace); empty means all namespaces,
+	// which needs list and watch on Leases cluster-wide.
+	HeartbeatNamespace string `json:"heartbeatNamespace,omitempty"`
 }
 
 // Plugin is the framework plugin. Safe for concurrent use.
 type Plugin struct {
 	core   *scheduler.Core
 	handle fwk.Handle
+	// waiting is nil when the heartbeat is not checked.
+	waiting *waiting
+	logger  klog.Logger
 }
 
 var (
@@ -106,9 +118,17 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := followSnapshots(ctx, core, h.KubeConfig()); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
+	p := &Plugin{core: core, handle: h, logger: klog.FromContext(ctx)}
+	heartbeat := args.DriverHeartbeat == nil || *args.DriverHeartbeat
+	if heartbeat && h.ClientSet() != nil {
+		if err := p.followHeartbeats(ctx, h.ClientSet(), args.HeartbeatNamespace); err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
+		}
+	}
 	klog.FromContext(ctx).Info("CSITopology plugin ready", "driver", args.DriverName,
-		"freeCapacityWeight", args.ScoreWeights.FreeCapacity, "volumeHeadroomWeight", args.ScoreWeights.VolumeHeadroom)
-	return &Plugin{core: core, handle: h}, nil
+		"freeCapacityWeight", args.ScoreWeights.FreeCapacity, "volumeHeadroomWeight", args.ScoreWeights.VolumeHeadroom,
+		"driverHeartbeat", p.waiting != nil, "heartbeatNamespace", args.HeartbeatNamespace)
+	return p, nil
 }
 
 // snapshotSyncTimeout bounds how long New waits for the VolumeSnapshot
@@ -182,7 +202,7 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ 
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Filter implements fwk.FilterPlugin.
-func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	pv, ok := read(cs)
 	if !ok {
 		return nil
@@ -191,6 +211,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, ni fwk.
 	if st == nil {
 		return nil
 	}
+	p.rejectedForSilence(st, ni.Node().Name, pod)
 	code := fwk.Unschedulable
 	if st.Unresolvable {
 		code = fwk.UnschedulableAndUnresolvable

@@ -67,6 +67,8 @@ func TestDecodeArgs(t *testing.T) {
 			want: Args{DriverName: "d", ScoreWeights: scheduler.ScoreWeights{FreeCapacity: 1, VolumeHeadroom: 1}}},
 		{name: "headroom only", obj: raw(`{"driverName":"d","scoreWeights":{"freeCapacity":0,"volumeHeadroom":1}}`),
 			want: Args{DriverName: "d", ScoreWeights: scheduler.ScoreWeights{VolumeHeadroom: 1}}},
+		{name: "heartbeat off, namespace", obj: raw(`{"driverName":"d","driverHeartbeat":false,"heartbeatNamespace":"csi"}`),
+			want: Args{DriverName: "d", DriverHeartbeat: ptr.To(false), HeartbeatNamespace: "csi", ScoreWeights: defaults}},
 		{name: "no args", obj: nil, wantErr: "driverName is required"},
 		{name: "malformed", obj: raw(`{`), wantErr: "CSITopology args"},
 		{name: "no driver", obj: raw(`{}`), wantErr: "driverName is required"},
