@@ -36,6 +36,7 @@ var (
 	claimsFlag   = flag.Int("chaos.claims", 40, "claims to create")
 	durationFlag = flag.Duration("chaos.duration", 60*time.Second, "how long claims are created and faults injected")
 	settleFlag   = flag.Duration("chaos.settle", 4*time.Minute, "how long the invariants may take to hold once the faults stop")
+	lateFlag     = flag.Bool("chaos.late-success", false, "also let slow CreateVolume calls be carried out after the provisioner gave up (the mock's lateSuccess); the mock then creates the volume even after the provisioner's clearing DeleteVolume of that name, a leak no CO can see (docs/operations.md, the in-flight record's limits)")
 	fullFlag     = flag.Bool("chaos.full", false, "inject every fault: adds a kube-apiserver restart, a selected node deleted and a CSINode entry deleted during provisioning")
 )
 
@@ -148,7 +149,7 @@ func TestChaos(t *testing.T) {
 	if seed == 0 {
 		seed = time.Now().UnixNano() % 1_000_000
 	}
-	t.Logf("chaos seed %d (rerun: -chaos.seed=%d), %d claims over %s, full %t", seed, seed, *claimsFlag, *durationFlag, *fullFlag)
+	t.Logf("chaos seed %d (rerun: -chaos.seed=%d), %d claims over %s, full %t, late success %t", seed, seed, *claimsFlag, *durationFlag, *fullFlag, *lateFlag)
 	fmt.Fprintf(os.Stderr, "chaos seed %d\n", seed)
 	r := &chaosRun{t: t, ctx: ctx, ns: "chaos", seed: seed, rng: rand.New(rand.NewSource(seed)), //nolint:gosec // reproducible choices
 		claims: map[string]*claim{}, counts: map[string]int{}}
@@ -237,19 +238,25 @@ func (r *chaosRun) setup() {
 	}
 	// Let the leader's informers and workers start before the baseline.
 	sleep(ctx, 5*time.Second)
-	r.faultRules = []faults.Rule{
+	// Outlasts --timeout; the caller's end cancels it.
+	r.faultRules = []faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(csiTimeout + 2*time.Second), Probability: 0.08}}
+	if *lateFlag {
 		// Outlasts --timeout, then creates the volume anyway.
-		{Method: "CreateVolume", Latency: faults.Duration(csiTimeout + 3*time.Second), Probability: 0.06, LateSuccess: true},
-		// Outlasts --timeout; the caller's end cancels it.
-		{Method: "CreateVolume", Latency: faults.Duration(csiTimeout + 2*time.Second), Probability: 0.04},
+		r.faultRules = append([]faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(csiTimeout + 3*time.Second),
+			Probability: 0.06, LateSuccess: true}}, r.faultRules...)
 	}
 	if err := env.SetFaults(ctx, r.faultRules); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// startReplica starts replica i unless it runs (another fault may have
+// started it meanwhile).
 func (r *chaosRun) startReplica(i int) error {
 	rep := r.replicas[i]
+	if rep.p != nil && !rep.p.Exited() {
+		return nil
+	}
 	rep.n++
 	p, err := env.StartProvisionerReplica(fmt.Sprintf("csi-provisioner-%d-%d", i, rep.n), "--http-endpoint="+rep.addr, "--enable-pprof",
 		"--leader-election", "--leader-election-namespace="+lab.PublisherNamespace,
@@ -408,16 +415,20 @@ func (r *chaosRun) driverFaults(ctx context.Context) {
 	}
 }
 
-// clusterFaults, with -chaos.full: a kube-apiserver restart, a selected
-// node deleted, a CSINode entry deleted during provisioning, at about a
-// quarter, a half and three quarters of the run.
+// clusterFaults, with -chaos.full: a selected node deleted, a CSINode entry
+// deleted during provisioning and a kube-apiserver restart, at about a
+// fifth, two fifths and three fifths of the run.
 func (r *chaosRun) clusterFaults(ctx context.Context) {
-	step := *durationFlag / 4
+	step := *durationFlag / 5
 	if !sleep(ctx, step) {
 		return
 	}
 	r.deleteSelectedNode(ctx)
-	if !sleep(ctx, step) {
+	if !sleep(ctx, step/2) {
+		return
+	}
+	r.deleteCSINodeDuringProvisioning(ctx)
+	if !sleep(ctx, step/2) {
 		return
 	}
 	if err := env.Cluster.RestartAPIServer(context.WithoutCancel(ctx)); err != nil {
@@ -425,10 +436,6 @@ func (r *chaosRun) clusterFaults(ctx context.Context) {
 		return
 	}
 	r.count("kube-apiserver restarts", 1)
-	if !sleep(ctx, step) {
-		return
-	}
-	r.deleteCSINodeDuringProvisioning(ctx)
 }
 
 // deleteSelectedNode: with no provisioner running, a claim and a pod that
