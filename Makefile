@@ -23,7 +23,7 @@ export GOFLAGS += -trimpath
 # 30 s (test/cmd/progress).
 PROGRESS  := .cache/tools/progress
 
-.PHONY: all build test unit lint run clean image push controlplane fuzz bench
+.PHONY: all build test unit lint run clean image push controlplane fuzz bench chaos
 
 all: build
 
@@ -92,6 +92,15 @@ bench: build
 	@$(GO) build -ldflags '-s -w' -o .cache/tools/bench ./test/bench
 	.cache/tools/bench --bin-dir=bin --sizes='$(SIZES)' --scenarios='$(SCENARIOS)' --reps=$(REPS) --claims=$(CLAIMS) \
 		$(if $(COMPARE),--compare='$(COMPARE)') $(BENCH_ARGS)
+
+## chaos: the chaos suite at full size (test/chaos, docs/operations.md "make chaos"): CLAIMS claims over
+## DURATION under every fault, then the leak and stuck-claim invariants; SEED=0 takes one from the clock, the
+## run prints it (make chaos SEED=42 CLAIMS=500)
+SEED     ?= 0
+DURATION ?= 7m
+chaos: build
+	CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test ./test/chaos/ -run '^TestChaos$$' -count=1 -v -timeout 30m -ldflags='-s -w' \
+		-args -chaos.full -chaos.seed=$(SEED) -chaos.claims=$(CLAIMS) -chaos.duration=$(DURATION)
 
 ## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
 ## or SIGTERM to make, stops it and cleans up. make execs the program (no
