@@ -52,6 +52,8 @@ type Driver struct {
 	adminAddr string
 	// healthAddr is the health endpoint's address once it listens.
 	healthAddr string
+	// creating holds the names of the CreateVolume calls that run now.
+	creating map[string]struct{}
 }
 
 // New returns a driver for cfg, with the volumes of cfg.StateFile.

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
@@ -27,6 +28,21 @@ func (d *Driver) interceptor(stop context.Context, logger klog.Logger) grpc.Unar
 		logger := klog.LoggerWithValues(logger, "method", method)
 		ctx = klog.NewContext(ctx, logger)
 		logger.V(4).Info("CSI request", "request", protosanitizer.StripSecrets(req))
+		if r, ok := req.(*csi.CreateVolumeRequest); ok && r.GetName() != "" {
+			// As the CSI spec recommends: one operation per volume name at a
+			// time. A second CreateVolume of a name while the first still
+			// runs (e.g. held by a late-success rule after its caller gave
+			// up) gets ABORTED, so that the caller retries and then finds the
+			// volume, instead of the driver making two.
+			done, ok := d.beginCreate(r.GetName())
+			if !ok {
+				err := status.Errorf(codes.Aborted, "an operation on volume name %q is in progress", r.GetName())
+				d.recordCreate(ctx, r, nil, err)
+				logger.V(4).Info("CSI error", "code", codes.Aborted, "err", err)
+				return nil, err
+			}
+			defer done()
+		}
 		verdict := d.faults.Decide(method, d.faultSegment(method, req))
 		callCtx := ctx
 		if verdict.LateSuccess {
@@ -123,4 +139,23 @@ func (d *Driver) createSegment(req *csi.CreateVolumeRequest) map[string]string {
 		}
 	})
 	return seg
+}
+
+// beginCreate marks a CreateVolume of name as running; ok is false when one
+// already runs. done ends the mark.
+func (d *Driver) beginCreate(name string) (done func(), ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, busy := d.creating[name]; busy {
+		return nil, false
+	}
+	if d.creating == nil {
+		d.creating = map[string]struct{}{}
+	}
+	d.creating[name] = struct{}{}
+	return func() {
+		d.mu.Lock()
+		delete(d.creating, name)
+		d.mu.Unlock()
+	}, true
 }

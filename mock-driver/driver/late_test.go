@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -82,5 +83,42 @@ func TestSlowCallGivenUp(t *testing.T) {
 	}
 	if vols := d.Volumes(); len(vols) != 0 {
 		t.Errorf("volumes %+v after the caller gave up, want none", vols)
+	}
+}
+
+// While a CreateVolume of a name still runs (here held by a late-success
+// rule after its caller gave up), another CreateVolume of the same name,
+// even without topology, gets ABORTED instead of a second volume; once the
+// first is done, the retry finds its volume. This is what lets a caller
+// that clears a volume it never heard back about (csi-provisioner's
+// in-flight record) find the late one instead of leaking it.
+func TestCreateOfNameInProgressAborted(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	d, c := serve(t, func(c *Config) {
+		c.Faults = []faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(3 * time.Second), LateSuccess: true, Count: 1}}
+	})
+	callCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if _, err := c.CreateVolume(callCtx, makeCreate("held", gi).requisite("z2").CreateVolumeRequest); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("code %v (%v), want DeadlineExceeded: the caller gives up first", status.Code(err), err)
+	}
+	_, err := c.CreateVolume(ctx, makeCreate("held", gi).CreateVolumeRequest)
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("second CreateVolume while the first runs: code %v (%v), want Aborted", status.Code(err), err)
+	}
+	var vol *csi.Volume
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		resp, err := c.CreateVolume(ctx, makeCreate("held", gi).CreateVolumeRequest)
+		if status.Code(err) == codes.Aborted {
+			return false, nil
+		}
+		vol = resp.GetVolume()
+		return true, err
+	}); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	vols := d.Volumes()
+	if len(vols) != 1 || vols[0].ID != vol.GetVolumeId() || !cmp.Equal(vols[0].Segment, zone("z2")) {
+		t.Errorf("volumes %+v, retry answered %s; want exactly the held one, in z2", vols, vol.GetVolumeId())
 	}
 }
