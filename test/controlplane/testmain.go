@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -53,4 +54,31 @@ func RunTestMain(m *testing.M, opts Options, setup func(context.Context, *Cluste
 		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
 	}
 	return code
+}
+
+// RunTestMainWithOurScheduler is RunTestMain with the project's
+// csi-topology-scheduler (built by BuildProject into a temp dir) as the
+// plane's scheduler, configured by schedulerConfig (see
+// Options.SchedulerConfig).
+func RunTestMainWithOurScheduler(m *testing.M, schedulerConfig string, setup func(context.Context, *Cluster) error) int {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	root, err := RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	binDir, err := os.MkdirTemp("", "csi-topology-scheduler-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	if err := BuildProject(ctx, root, binDir, "./cmd/csi-topology-scheduler"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return RunTestMain(m, Options{
+		SchedulerBinary: filepath.Join(binDir, "csi-topology-scheduler"),
+		SchedulerConfig: schedulerConfig,
+	}, setup)
 }

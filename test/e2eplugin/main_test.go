@@ -6,7 +6,6 @@ package e2eplugin
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,7 +13,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
@@ -83,26 +81,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	binDir, err := os.MkdirTemp("", "csi-topology-scheduler-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(binDir)
-	if err := controlplane.BuildProject(ctx, root, binDir, "./cmd/csi-topology-scheduler"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return controlplane.RunTestMain(m, controlplane.Options{
-		SchedulerBinary: filepath.Join(binDir, "csi-topology-scheduler"),
-		SchedulerConfig: schedulerConfig,
-	}, func(ctx context.Context, c *controlplane.Cluster) error {
+	return controlplane.RunTestMainWithOurScheduler(m, schedulerConfig, func(ctx context.Context, c *controlplane.Cluster) error {
 		var err error
 		env, err = lab.Setup(ctx, c, lab.Config{
 			Zones: []string{"z1", "z2", "z3"}, NodesPerZone: 2, CapacityBytes: 100 * gi,
