@@ -36,7 +36,7 @@ var (
 	claimsFlag   = flag.Int("chaos.claims", 40, "claims to create")
 	durationFlag = flag.Duration("chaos.duration", 60*time.Second, "how long claims are created and faults injected")
 	settleFlag   = flag.Duration("chaos.settle", 4*time.Minute, "how long the invariants may take to hold once the faults stop")
-	lateFlag     = flag.Bool("chaos.late-success", false, "also let slow CreateVolume calls be carried out after the provisioner gave up (the mock's lateSuccess); the mock then creates the volume even after the provisioner's clearing DeleteVolume of that name, a leak no CO can see (docs/operations.md, the in-flight record's limits)")
+	lateFlag     = flag.Bool("chaos.late-success", true, "also let slow CreateVolume calls be carried out after the provisioner gave up (the mock's lateSuccess; the mock answers ABORTED to another CreateVolume of the name meanwhile, as the CSI spec recommends)")
 	fullFlag     = flag.Bool("chaos.full", false, "inject every fault: adds a kube-apiserver restart, a selected node deleted and a CSINode entry deleted during provisioning")
 )
 
