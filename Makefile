@@ -57,7 +57,7 @@ test: $(PROGRESS)
 	@echo "==> [2/6] gofmt"
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
-	@echo "==> [3/6] build bin/ (the first run compiles Kubernetes libraries: about 8 minutes on 2 cores)"
+	@echo "==> [3/6] build bin/ (the first run compiles Kubernetes libraries: about 6 minutes on 2 cores)"
 	@mkdir -p bin
 	@$(PROGRESS) -label "build bin/" -packages -- $(GO) build -v -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
 	@echo "==> [4/6] control plane (built once per go.sum and Go version, cached in the user cache dir)"
