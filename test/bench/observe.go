@@ -96,52 +96,39 @@ func (o *observer) setPid(pid int) {
 }
 
 func (o *observer) pvAdd(obj any) {
-	pv, ok := obj.(*v1.PersistentVolume)
-	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != o.ns {
-		return
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, ok := o.pvAdded[pv.Name]; ok {
-		return
-	}
-	o.pvAdded[pv.Name] = time.Now()
-	o.pvClaim[pv.Name] = pv.Spec.ClaimRef.Name
-	switch len(o.pvAdded) {
-	case 1:
-		o.cpuFirstPV = o.sample()
-		if o.want == 1 {
-			o.cpuLastPV = o.cpuFirstPV
-		}
-	case o.want:
-		o.cpuLastPV = o.sample()
-	}
-	o.notify()
+	o.pvEvent(obj, o.pvAdded, &o.cpuFirstPV, &o.cpuLastPV)
 }
 
 func (o *observer) pvDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
+	o.pvEvent(obj, o.pvGone, &o.cpuFirstGone, &o.cpuLastGon)
+}
+
+// pvEvent records the first time a PV of the run's namespace is seen in
+// seen (added or gone), and samples the CPU at the first and at the wanted
+// count into first and last.
+func (o *observer) pvEvent(obj any, seen map[string]time.Time, first, last *float64) {
 	pv, ok := obj.(*v1.PersistentVolume)
 	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != o.ns {
 		return
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, ok := o.pvGone[pv.Name]; ok {
+	if _, ok := seen[pv.Name]; ok {
 		return
 	}
-	o.pvGone[pv.Name] = time.Now()
+	seen[pv.Name] = time.Now()
 	o.pvClaim[pv.Name] = pv.Spec.ClaimRef.Name
-	switch len(o.pvGone) {
+	switch len(seen) {
 	case 1:
-		o.cpuFirstGone = o.sample()
+		*first = o.sample()
 		if o.want == 1 {
-			o.cpuLastGon = o.cpuFirstGone
+			*last = *first
 		}
 	case o.want:
-		o.cpuLastGon = o.sample()
+		*last = o.sample()
 	}
 	o.notify()
 }
