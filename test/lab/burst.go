@@ -59,15 +59,25 @@ type BurstResult struct {
 // CSIStorageCapacity too, and deletes it when the test ends.
 func (l *Lab) EnableStorageCapacity(t testing.TB, ctx context.Context) {
 	t.Helper()
-	c := l.Cluster.Client.StorageV1().CSIDrivers()
-	_, err := c.Create(ctx, &storagev1.CSIDriver{
+	if err := l.createCSIDriver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.Cluster.Client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(ctx), DriverName, metav1.DeleteOptions{})
+	})
+}
+
+// createCSIDriver creates the driver's CSIDriver object with
+// storageCapacity: true and attachRequired: false, unless it exists.
+func (l *Lab) createCSIDriver(ctx context.Context) error {
+	_, err := l.Cluster.Client.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: DriverName},
 		Spec:       storagev1.CSIDriverSpec{StorageCapacity: ptr.To(true), AttachRequired: ptr.To(false)},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+		return err
 	}
-	t.Cleanup(func() { _ = c.Delete(context.WithoutCancel(ctx), DriverName, metav1.DeleteOptions{}) })
+	return nil
 }
 
 // SetZoneFree gives every zone of free exactly that many bytes free in the

@@ -24,6 +24,12 @@ type HeartbeatNode struct {
 	TTL    time.Duration
 	driver *controlplane.Process
 	starts int
+	// driverArgs, when set, are the driver's flags instead of those of the
+	// mock driver's node service in the node's zone (a NodeLocalLab's
+	// node-local driver); ready, when set, waits until a started driver
+	// serves.
+	driverArgs []string
+	ready      func() error
 }
 
 // AddHeartbeatNode creates a node in zone with the mock driver's node
@@ -53,18 +59,33 @@ func (l *Lab) AddHeartbeatNode(t testing.TB, ctx context.Context, name, zone str
 // StartDriver starts the node's mock node service (again).
 func (h *HeartbeatNode) StartDriver(t testing.TB) {
 	t.Helper()
-	h.starts++
-	p, err := h.l.Cluster.StartProcess(fmt.Sprintf("mock-driver-%s-%d", h.Name, h.starts), filepath.Join(h.l.BinDir, "mock-driver"), []string{
-		"--mode=node", "--node-id=" + h.Name, "--node-topology=zone=" + h.l.Nodes[h.Name], "--endpoint=unix://" + h.l.nodeSocket(h.Name), "-v=2",
-	}, nil)
-	if err != nil {
+	if err := h.startDriver(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func (h *HeartbeatNode) startDriver() error {
+	h.starts++
+	args := h.driverArgs
+	if args == nil {
+		args = []string{"--mode=node", "--node-id=" + h.Name, "--node-topology=zone=" + h.l.Nodes[h.Name], "--endpoint=unix://" + h.l.nodeSocket(h.Name), "-v=2"}
+	}
+	p, err := h.l.Cluster.StartProcess(fmt.Sprintf("mock-driver-%s-%d", h.Name, h.starts), filepath.Join(h.l.BinDir, "mock-driver"), args, nil)
+	if err != nil {
+		return err
+	}
 	h.driver = p
+	if h.ready != nil {
+		return h.ready()
+	}
+	return nil
 }
 
 // KillDriver kills the node's mock node service with SIGKILL.
 func (h *HeartbeatNode) KillDriver() { h.driver.Kill() }
+
+// Driver returns the node's driver process (the last one started).
+func (h *HeartbeatNode) Driver() *controlplane.Process { return h.driver }
 
 // WaitLease waits until the node's heartbeat Lease is live (or expired),
 // as the API holds it.
@@ -100,6 +121,14 @@ type DriverSilenceOutcome struct {
 // it when the Lease is renewed; a stock scheduler retries an extender's
 // rejection only on another cluster event or its periodic flush).
 func (l *Lab) DriverSilence(t *testing.T, ctx context.Context, ns, class string, h *HeartbeatNode, requeued bool) DriverSilenceOutcome {
+	t.Helper()
+	return l.DriverSilenceWith(t, ctx, ns, class, h, requeued, nil)
+}
+
+// DriverSilenceWith is DriverSilence that runs whileSilent (when not nil)
+// while the driver is dead and its Lease expired, after the pods created
+// then were checked and before the driver starts again.
+func (l *Lab) DriverSilenceWith(t *testing.T, ctx context.Context, ns, class string, h *HeartbeatNode, requeued bool, whileSilent func()) DriverSilenceOutcome {
 	t.Helper()
 	var out DriverSilenceOutcome
 	want := fmt.Sprintf("CSI driver %s on node %s has not renewed its heartbeat for ", DriverName, h.Name)
@@ -164,6 +193,9 @@ func (l *Lab) DriverSilence(t *testing.T, ctx context.Context, ns, class string,
 		t.Errorf("claim pinned selected for %s while the driver is silent", node)
 	}
 
+	if whileSilent != nil {
+		whileSilent()
+	}
 	h.StartDriver(t)
 	h.WaitLease(t, ctx, true)
 	if requeued {

@@ -109,6 +109,30 @@ type NodeSpec struct {
 // creates the nodes, starts a mock node service per node and publishes its
 // CSINode entry, starts the mock controller and the provisioner.
 func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, error) {
+	l, err := newLab(ctx, c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, z := range cfg.Zones {
+		for i := 0; i < cfg.NodesPerZone; i++ {
+			if err := l.AddNode(ctx, NodeSpec{Name: fmt.Sprintf("node-%s-%c", z, 'a'+i), Zone: z, Rack: l.rackOf(i), Driver: true}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := l.startController(); err != nil {
+		return nil, err
+	}
+	if err := l.StartProvisioner(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// newLab prepares a lab without nodes nor processes: the binaries, the
+// namespace, the provisioner's and the publishers' ServiceAccounts with the
+// RBAC of deploy/, and their kubeconfigs.
+func newLab(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, error) {
 	l := &Lab{Cluster: c, cfg: cfg, Nodes: map[string]string{}, Racks: map[string]string{}, publishers: map[string]*controlplane.Process{},
 		BinDir: cfg.BinDir, socketDir: filepath.Join(c.Dir, "sockets")}
 	if err := os.MkdirAll(l.socketDir, 0o755); err != nil {
@@ -127,19 +151,6 @@ func Setup(ctx context.Context, c *controlplane.Cluster, cfg Config) (*Lab, erro
 		return nil, err
 	}
 	if l.pubKubeconfig, err = c.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-node-publisher"); err != nil {
-		return nil, err
-	}
-	for _, z := range cfg.Zones {
-		for i := 0; i < cfg.NodesPerZone; i++ {
-			if err := l.AddNode(ctx, NodeSpec{Name: fmt.Sprintf("node-%s-%c", z, 'a'+i), Zone: z, Rack: l.rackOf(i), Driver: true}); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := l.startController(); err != nil {
-		return nil, err
-	}
-	if err := l.StartProvisioner(); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -364,11 +375,18 @@ func (l *Lab) StartProvisionerReplica(name string, extra ...string) (*controlpla
 }
 
 func (l *Lab) startProvisioner(name, binary string, extra ...string) (*controlplane.Process, error) {
+	return l.startProvisionerFor(name, binary, l.controllerSock, nil, append(append([]string(nil), l.cfg.ProvisionerArgs...), extra...)...)
+}
+
+// startProvisionerFor starts csi-provisioner under its ServiceAccount with
+// the lab's retry flags, for the driver at socket, with env added to its
+// environment and extra flags after the lab's.
+func (l *Lab) startProvisionerFor(name, binary, socket string, env []string, extra ...string) (*controlplane.Process, error) {
 	args := append([]string{
-		"--csi-address=unix://" + l.controllerSock, "--kubeconfig=" + l.provKubeconfig,
+		"--csi-address=unix://" + socket, "--kubeconfig=" + l.provKubeconfig,
 		"--retry-interval-start=500ms", "--retry-interval-max=5s", "-v=3",
-	}, append(append([]string(nil), l.cfg.ProvisionerArgs...), extra...)...)
-	return l.Cluster.StartProcess(name, binary, args, nil)
+	}, extra...)
+	return l.Cluster.StartProcess(name, binary, args, env)
 }
 
 // StopProvisioner stops the running provisioner (SIGTERM).
@@ -436,6 +454,13 @@ func (l *Lab) SetFaults(ctx context.Context, rules []faults.Rule) error {
 }
 
 func (l *Lab) admin(ctx context.Context, method, path string, in, out any) error {
+	return adminCall(ctx, l.AdminURL, method, path, in, out)
+}
+
+// adminCall calls a mock driver's admin endpoint at base (http://host:port):
+// in, when not nil, is sent as JSON and the answer decoded into out, when
+// not nil.
+func adminCall(ctx context.Context, base, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		data, err := json.Marshal(in)
@@ -444,7 +469,7 @@ func (l *Lab) admin(ctx context.Context, method, path string, in, out any) error
 		}
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, l.AdminURL+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,404 @@
+// Package e2enode runs csi-provisioner in node deployment end to end (issue
+// 14): the local control plane with csi-topology-scheduler (the CSITopology
+// plugin with capacity tracking and the driver heartbeat) as its scheduler,
+// and six nodes, each with its own node-local mock driver (the node is its
+// only segment), csi-node-publisher and `csi-provisioner --node-deployment`
+// (test/lab's NodeLocalLab). No central controller nor provisioner runs.
+package e2enode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+)
+
+// schedulerConfig runs the CSITopology plugin in the cluster's only
+// scheduler profile, as test/e2eplugin does, with capacity tracking and the
+// driver heartbeat (the publishers' Leases in lab.PublisherNamespace) on.
+const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: "{{KUBECONFIG}}"
+leaderElection:
+  leaderElect: false
+profiles:
+  - schedulerName: default-scheduler
+    plugins:
+      preFilter: {enabled: [{name: CSITopology}]}
+      filter: {enabled: [{name: CSITopology}]}
+      preScore: {enabled: [{name: CSITopology}]}
+      score: {enabled: [{name: CSITopology, weight: 3}]}
+      reserve: {enabled: [{name: CSITopology}]}
+    pluginConfig:
+      - name: CSITopology
+        args: {driverName: mock.csi.example.com, capacity: true, driverHeartbeat: true, heartbeatNamespace: csi-topology}
+`
+
+const (
+	gi = int64(1) << 30
+	// nodes is the lab's size; ttl the publishers' heartbeat Lease duration.
+	nodes = 6
+	ttl   = 4 * time.Second
+	// nodeCapacity is each node's capacity unless a test changes it.
+	nodeCapacity = 100 * gi
+	// The classes of the node-local driver the tests share.
+	classWFFC      = "nodelocal-wffc"
+	classImmediate = "nodelocal-immediate"
+
+	annSelectedNode = "volume.kubernetes.io/selected-node"
+	timeout         = lab.WorkloadTimeout
+)
+
+var (
+	nl     *lab.NodeLocalLab
+	client kubernetes.Interface
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(controlplane.RunTestMainWithOurScheduler(m, schedulerConfig, func(ctx context.Context, c *controlplane.Cluster) error {
+		client = c.Client
+		var err error
+		if nl, err = lab.SetupNodeLocal(ctx, c, lab.NodeLocalConfig{Nodes: nodes, CapacityBytes: nodeCapacity, TTL: ttl}); err != nil {
+			return err
+		}
+		for name, mode := range map[string]storagev1.VolumeBindingMode{
+			classWFFC: storagev1.VolumeBindingWaitForFirstConsumer, classImmediate: storagev1.VolumeBindingImmediate,
+		} {
+			if _, err := client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+				ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: lab.DriverName, VolumeBindingMode: ptr.To(mode),
+				ReclaimPolicy: ptr.To(v1.PersistentVolumeReclaimDelete),
+			}, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		// Every node publishes its capacity for the WaitForFirstConsumer
+		// class before a test schedules a pod.
+		return c.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			caps, err := nl.PublishedCapacity(ctx, classWFFC)
+			if err != nil {
+				return false, nil
+			}
+			for _, n := range nl.Names {
+				if len(caps[n]) != 1 || caps[n][0].Capacity == nil || caps[n][0].Capacity.Value() != nodeCapacity {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}))
+}
+
+// newNamespace creates a namespace for one test. At cleanup it deletes the
+// namespace's StatefulSets and pods (at once: no kubelet ends them), then
+// the namespace, and waits until the PVs of its claims are gone: each node's
+// provisioner deletes its node's volumes, and the next test starts with
+// every node's capacity back.
+func newNamespace(t *testing.T) (context.Context, string) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	name := "e2enode-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	name = strings.TrimRight(name, "-")
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteNamespace(t, context.WithoutCancel(ctx), name) })
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("default ServiceAccount in %s: %v", name, err)
+	}
+	return ctx, name
+}
+
+func deleteNamespace(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	_ = client.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		if sets, err := client.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{}); err != nil || len(sets.Items) > 0 {
+			return false, nil
+		}
+		_ = client.CoreV1().Pods(ns).DeleteCollection(ctx, zero, metav1.ListOptions{})
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, nil
+	}); err != nil {
+		t.Errorf("pods of %s not gone: %v", ns, err)
+	}
+	_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	var left []string
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		left = left[:0]
+		for _, pv := range pvs.Items {
+			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
+				left = append(left, fmt.Sprintf("%s (%s, claim %s, node %s)", pv.Name, pv.Status.Phase, pv.Spec.ClaimRef.Name, pvNodeOrErr(&pv)))
+			}
+		}
+		return len(left) == 0, nil
+	}); err != nil {
+		t.Errorf("PVs of the claims of %s not deleted: %v: %s", ns, err, strings.Join(left, ", "))
+	}
+}
+
+// newClaim creates a claim of class with size bytes and annotations.
+func newClaim(t *testing.T, ctx context.Context, ns, name, class string, size int64, annotations map[string]string) *v1.PersistentVolumeClaim {
+	t.Helper()
+	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pvc
+}
+
+// newPod creates a pod using the claim of the same name that prefers
+// preferNode (when not empty).
+func newPod(t *testing.T, ctx context.Context, ns, name, preferNode string) {
+	t.Helper()
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
+		Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
+	}}
+	if preferNode != "" {
+		pod.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{
+			Weight: 100, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
+				{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{preferNode}}}}}}}}
+	}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// volumeName is the CSI volume name csi-provisioner gives a claim's volume
+// (--volume-name-prefix=pvc, whole UID).
+func volumeName(pvc *v1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
+
+// pvNode returns the node a node-local PV's nodeAffinity names: it must be
+// exactly one term with exactly one requirement, kubernetes.io/hostname In
+// one node.
+func pvNode(pv *v1.PersistentVolume) (string, error) {
+	a := pv.Spec.NodeAffinity
+	if a == nil || a.Required == nil || len(a.Required.NodeSelectorTerms) != 1 {
+		return "", fmt.Errorf("PV %s: nodeAffinity %+v, want one required term", pv.Name, a)
+	}
+	term := a.Required.NodeSelectorTerms[0]
+	if len(term.MatchFields) != 0 || len(term.MatchExpressions) != 1 {
+		return "", fmt.Errorf("PV %s: nodeAffinity term %+v, want one expression", pv.Name, term)
+	}
+	e := term.MatchExpressions[0]
+	if e.Key != v1.LabelHostname || e.Operator != v1.NodeSelectorOpIn || len(e.Values) != 1 {
+		return "", fmt.Errorf("PV %s: nodeAffinity %s %s %v, want %s In [one node]", pv.Name, e.Key, e.Operator, e.Values, v1.LabelHostname)
+	}
+	return e.Values[0], nil
+}
+
+func pvNodeOrErr(pv *v1.PersistentVolume) string {
+	n, err := pvNode(pv)
+	if err != nil {
+		return err.Error()
+	}
+	return n
+}
+
+// bound is a claim Bound to its PV.
+type bound struct {
+	claim *v1.PersistentVolumeClaim
+	pv    *v1.PersistentVolume
+}
+
+// boundClaims returns the claims of ns that are Bound, with their PVs, by
+// name.
+func boundClaims(ctx context.Context, ns string) (map[string]bound, error) {
+	pvcs, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bound{}
+	for i := range pvcs.Items {
+		pvc := &pvcs.Items[i]
+		if pvc.Status.Phase != v1.ClaimBound {
+			continue
+		}
+		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out[pvc.Name] = bound{claim: pvc, pv: pv}
+	}
+	return out, nil
+}
+
+// waitBound waits until the named claims of ns are all Bound and returns
+// them with their PVs.
+func waitBound(t *testing.T, ctx context.Context, ns string, names []string) map[string]bound {
+	t.Helper()
+	var got map[string]bound
+	start := time.Now()
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		var err error
+		if got, err = boundClaims(ctx, ns); err != nil {
+			return false, nil
+		}
+		for _, n := range names {
+			if _, ok := got[n]; !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("%d of %d claims of %s Bound: %v\n%s", len(got), len(names), ns, err, describe(ctx, ns))
+	}
+	t.Logf("%d claims Bound in %s", len(names), time.Since(start).Round(100*time.Millisecond))
+	return got
+}
+
+// waitPodNode waits until the pod is on a node and returns the node.
+func waitPodNode(t *testing.T, ctx context.Context, ns, name string) string {
+	t.Helper()
+	var node string
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		node = pod.Spec.NodeName
+		return node != "", nil
+	}); err != nil {
+		t.Fatalf("pod %s/%s not on a node: %v\n%s", ns, name, err, describe(ctx, ns))
+	}
+	return node
+}
+
+// callsByVolume indexes the drivers' CreateVolume records: volume name ->
+// node -> records.
+func callsByVolume(t *testing.T, ctx context.Context) map[string]map[string][]driver.CreateRecord {
+	t.Helper()
+	all, err := nl.AllCreateRequests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string][]driver.CreateRecord{}
+	for node, recs := range all {
+		for _, r := range recs {
+			if out[r.Name] == nil {
+				out[r.Name] = map[string][]driver.CreateRecord{}
+			}
+			out[r.Name][node] = append(out[r.Name][node], r)
+		}
+	}
+	return out
+}
+
+// podScheduled returns the pod's PodScheduled condition, nil without one.
+func podScheduled(pod *v1.Pod) *v1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == v1.PodScheduled {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// waitEvent waits for an event of reason and type on the object name of
+// ns whose message contains every one of parts, and returns its message.
+func waitEvent(t *testing.T, ctx context.Context, ns, name, reason, typ string, parts ...string) string {
+	t.Helper()
+	var msg string
+	var seen []string
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+		if err != nil {
+			return false, nil
+		}
+		seen = seen[:0]
+	events:
+		for _, e := range events.Items {
+			seen = append(seen, e.Type+": "+e.Message)
+			if e.Type != typ {
+				continue
+			}
+			for _, p := range parts {
+				if !strings.Contains(e.Message, p) {
+					continue events
+				}
+			}
+			msg = e.Message
+			return true, nil
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("no %s event %s on %s/%s with %q: %v (seen: %q)", typ, reason, ns, name, parts, err, seen)
+	}
+	return msg
+}
+
+// describe sums up the namespace's pods, claims and warning events for a
+// failure message.
+func describe(ctx context.Context, ns string) string {
+	var b strings.Builder
+	if pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "  pod %s: node %q", p.Name, p.Spec.NodeName)
+			if c := podScheduled(&p); c != nil && c.Status != v1.ConditionTrue {
+				fmt.Fprintf(&b, ", %s: %s", c.Reason, c.Message)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	if pvcs, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, c := range pvcs.Items {
+			fmt.Fprintf(&b, "  claim %s: %s, selected-node %q, volume %q\n", c.Name, c.Status.Phase, c.Annotations[annSelectedNode], c.Spec.VolumeName)
+		}
+	}
+	if events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"}); err == nil {
+		sort.Slice(events.Items, func(i, j int) bool { return events.Items[i].LastTimestamp.Before(&events.Items[j].LastTimestamp) })
+		if n := len(events.Items); n > 30 {
+			events.Items = events.Items[n-30:]
+		}
+		for _, e := range events.Items {
+			fmt.Fprintf(&b, "  event %s %s/%s (x%d): %s\n", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Count, e.Message)
+		}
+	}
+	return b.String()
+}
+
+// countBy returns "a:2 b:1" for a map of counts, sorted by key.
+func countBy(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
