@@ -242,6 +242,16 @@ var capacityReason = regexp.MustCompile(`InsufficientCapacity|did not have enoug
 // no node holds more than its capacity, and the other pods stay Pending
 // with the capacity as the reason.
 func TestFullNodeBurst(t *testing.T) {
+	// The capacities come back after the namespace is gone (cleanups run
+	// last first): the pending pods must not take the room meanwhile.
+	old := map[string]int64{}
+	t.Cleanup(func() {
+		for node, bytes := range old {
+			if err := nl.SetCapacity(context.Background(), node, bytes); err != nil {
+				t.Errorf("restoring the capacity of %s: %v", node, err)
+			}
+		}
+	})
 	ctx, ns := newNamespace(t)
 	const perNode, pods = 2, 30
 	size := gi
@@ -250,14 +260,10 @@ func TestFullNodeBurst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		old[node] = seg.CapacityBytes
 		if err := nl.SetCapacity(ctx, node, seg.UsedBytes+perNode*size); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			if err := nl.SetCapacity(context.WithoutCancel(ctx), node, seg.CapacityBytes); err != nil {
-				t.Errorf("restoring the capacity of %s: %v", node, err)
-			}
-		})
 	}
 	var published map[string]int64
 	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
