@@ -154,7 +154,11 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	}
 	// Cached objects are trimmed to what the provisioner reads (Nodes to
 	// their labels): see TrimForCache.
-	factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod, informers.WithTransform(TrimForCache))
+	transform := TrimForCache
+	if nd != nil {
+		transform = nd.trimForCache
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod, informers.WithTransform(transform))
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	volumes := factory.Core().V1().PersistentVolumes().Informer()
 	classes := factory.Storage().V1().StorageClasses().Informer()

@@ -177,3 +177,34 @@ func (p *Provisioner) beforeHandBack(ctx context.Context, opts controller.Provis
 	klog.FromContext(ctx).V(2).Info("Checked for a volume of an earlier attempt before handing the claim back", "outcome", outcome, "detail", detail)
 	return controller.ProvisioningReschedule, err
 }
+
+// trimForCache is TrimForCache for a node's instance: besides, a claim
+// that is another node's (selected for it, or bound without being this
+// node's) is cached as a stub with what the instance's consumers read of
+// it: the selected node, the class, the bound volume, the data source (the
+// source protection counts pending clones cluster-wide), the finalizers
+// and the deletion mark. Every node's instance caches every claim of the
+// cluster, so the stub is what a claim costs it. An update that selects
+// this node brings the whole claim again.
+func (n *NodeDeployment) trimForCache(obj any) (any, error) {
+	obj, err := TrimForCache(obj)
+	c, ok := obj.(*v1.PersistentVolumeClaim)
+	if err != nil || !ok {
+		return obj, err
+	}
+	selected := c.Annotations[annSelectedNode]
+	if selected == n.NodeName || (selected == "" && c.Spec.VolumeName == "") {
+		return c, nil
+	}
+	stub := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion,
+			DeletionTimestamp: c.DeletionTimestamp, Finalizers: c.Finalizers},
+		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: c.Spec.StorageClassName, VolumeName: c.Spec.VolumeName,
+			DataSource: c.Spec.DataSource, DataSourceRef: c.Spec.DataSourceRef},
+		Status: v1.PersistentVolumeClaimStatus{Phase: c.Status.Phase},
+	}
+	if selected != "" {
+		stub.Annotations = map[string]string{annSelectedNode: selected}
+	}
+	return stub, nil
+}

@@ -241,3 +241,46 @@ func TestNodeClaimerWait(t *testing.T) {
 		}
 	}
 }
+
+// A node's instance caches other nodes' claims as stubs, its own and the
+// unselected pending ones whole.
+func TestNodeDeploymentTrimsForeignClaims(t *testing.T) {
+	nd := n1Deployment()
+	bound := makePVC("b", "c").PersistentVolumeClaim
+	bound.Spec.VolumeName = "pv-b"
+	tests := []struct {
+		name     string
+		claim    *v1.PersistentVolumeClaim
+		wantStub bool
+	}{
+		{name: "selected for this node", claim: makePVC("a", "c").withSelectedNode("n1").PersistentVolumeClaim},
+		{name: "pending without a node (an immediate claim to race for)", claim: makePVC("a", "c").PersistentVolumeClaim},
+		{name: "selected for another node", claim: makePVC("a", "c").withSelectedNode("n2").withRecord().PersistentVolumeClaim, wantStub: true},
+		{name: "bound, no node", claim: bound, wantStub: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.claim.DeepCopy()
+			in.Labels = map[string]string{"app": "x"}
+			in.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+			src := &v1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
+			in.Spec.DataSource = src
+			out, err := nd.trimForCache(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := out.(*v1.PersistentVolumeClaim)
+			if got.ManagedFields != nil {
+				t.Error("managedFields kept")
+			}
+			isStub := got.Labels == nil && len(got.Spec.Resources.Requests) == 0
+			if isStub != tc.wantStub {
+				t.Fatalf("stub = %v, want %v: %+v", isStub, tc.wantStub, got)
+			}
+			if got.Name != in.Name || got.UID != in.UID || got.Spec.VolumeName != in.Spec.VolumeName || got.Spec.DataSource != src ||
+				got.Annotations[annSelectedNode] != in.Annotations[annSelectedNode] || HasInFlightFinalizer(got) != HasInFlightFinalizer(in) {
+				t.Errorf("trimmed claim lost what the instance reads: %+v", got)
+			}
+		})
+	}
+}
