@@ -46,6 +46,10 @@ type config struct {
 	// inFlightRecord is --in-flight-record (ControllerConfig.DisableInFlightRecord
 	// is its negation).
 	inFlightRecord bool
+	// nodeDeployment is --node-deployment; node holds its tuning and
+	// $NODE_NAME (the topology comes from the driver at start-up).
+	nodeDeployment bool
+	node           provisioner.NodeDeployment
 }
 
 // newFlagSet registers every flag of csi-provisioner on a new FlagSet
@@ -96,6 +100,11 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.Float64Var(&c.capacityQPS, "kube-api-capacity-qps", 5, "Upstream's name of --capacity-qps (upstream's default is 1).")
 	fs.IntVar(&c.capacityBurst, "kube-api-capacity-burst", 10, "Upstream's name of --capacity-burst (upstream's default is 5).")
 	fs.BoolVar(&c.inFlightRecord, "in-flight-record", true, "Record on each claim, before its first CreateVolume, that a volume of its name may exist (finalizer "+provisioner.FinalizerInFlight+"), and delete that volume when the claim is deleted before it has a PV. false is UNSAFE: volumes leak as with upstream external-provisioner (its issues #486, #1469); it exists to show those leaks. See docs/operations.md.")
+	c.node.NodeName = os.Getenv("NODE_NAME")
+	fs.BoolVar(&c.nodeDeployment, "node-deployment", false, "Run as the instance of one node, beside a node-local driver ($NODE_NAME): provision only claims selected for that node, delete only its volumes, no leader election. See docs/node-deployment.md.")
+	fs.BoolVar(&c.node.ImmediateBinding, "node-deployment-immediate-binding", true, "With --node-deployment: take immediate-binding claims for this node (the instances race; one wins).")
+	fs.DurationVar(&c.node.BaseDelay, "node-deployment-base-delay", defaultNodeBaseDelay, "With --node-deployment: wait a random time up to this long before trying to take an immediate-binding claim.")
+	fs.DurationVar(&c.node.MaxDelay, "node-deployment-max-delay", defaultNodeMaxDelay, "With --node-deployment: the longest wait before trying again to take an immediate-binding claim (it doubles after each lost race).")
 	addUpstreamOnlyFlags(fs)
 	return fs, logOpts
 }
@@ -150,6 +159,16 @@ func (c config) validate() error {
 	}
 	if c.controller.WorkerThreads <= 0 {
 		return errors.New("--worker-threads must be positive")
+	}
+	if c.nodeDeployment {
+		switch {
+		case c.node.NodeName == "":
+			return errors.New("--node-deployment needs the NODE_NAME environment variable: the name of the node this instance runs on (the pod's spec.nodeName through the downward API)")
+		case c.controller.LeaderElection:
+			return errors.New("--node-deployment and --leader-election=true exclude each other: every node's instance must provision its own node's claims, and a leader would stop all but one")
+		case c.node.BaseDelay <= 0 || c.node.MaxDelay < c.node.BaseDelay:
+			return errors.New("--node-deployment-base-delay must be positive and at most --node-deployment-max-delay")
+		}
 	}
 
 	if c.enableCapacity {

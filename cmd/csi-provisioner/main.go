@@ -112,6 +112,11 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	cc := cfg.controller
+	if cfg.nodeDeployment {
+		if cc.Provisioner.Node, err = nodeDeployment(ctx, cfg, conn); err != nil {
+			return err
+		}
+	}
 	if cfg.enableCapacity {
 		if cc.Capacity, err = capacityConfig(ctx, cfg, info, clients.Work, restCfg); err != nil {
 			return err
@@ -132,14 +137,15 @@ func run(ctx context.Context, cfg config) error {
 	if cc.Sources, err = sourcesConfig(ctx, cfg, info, clients.Work, restCfg); err != nil {
 		return err
 	}
-	ctrl, err := provisioner.NewController(ctx, cc, clients, csi.NewControllerClient(conn))
-	if err != nil {
-		return err
-	}
+	var ctrl *provisioner.Controller
 	monitor := provisioner.NewDriverMonitor(conn, provisioner.DriverMonitorConfig{
 		Address: cfg.csiAddress, Driver: info, UsesCapacity: cfg.enableCapacity,
-		CallTimeout: cc.Provisioner.Timeout, OnReconnect: ctrl.RetryNow, Metrics: mm.GetRegistry(),
+		CallTimeout: cc.Provisioner.Timeout, OnReconnect: func(ctx context.Context) { ctrl.RetryNow(ctx) }, Metrics: mm.GetRegistry(),
 	})
+	cc.DriverStatus = monitor.Status
+	if ctrl, err = provisioner.NewController(ctx, cc, clients, csi.NewControllerClient(conn)); err != nil {
+		return err
+	}
 	h.connected(healthSources{driver: monitor.Status, probe: probeFunc(conn), leading: ctrl.Leading})
 	return runUntilFirstError(ctx, ctrl.Run, monitor.Run)
 }
@@ -178,6 +184,17 @@ func capacityConfig(ctx context.Context, cfg config, info provisioner.DriverInfo
 		return nil, fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
 	}
 	capCfg := cfg.capacity
+	if cfg.nodeDeployment && cfg.capacityOwner == "" && !cfg.capacityOwnerLevelSet {
+		// A node's objects go with the node (the garbage collector
+		// deletes them), not with the DaemonSet.
+		node, err := client.CoreV1().Nodes().Get(ctx, cfg.node.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading the Node %q, owner of its capacity objects: %w", cfg.node.NodeName, err)
+		}
+		capCfg.Owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+		klog.FromContext(ctx).Info("Owner of capacity objects", "kind", "Node", "name", node.Name)
+		return &capCfg, nil
+	}
 	if cfg.capacityOwner != "" {
 		dep, err := client.AppsV1().Deployments(capCfg.Namespace).Get(ctx, cfg.capacityOwner, metav1.GetOptions{})
 		if err != nil {
@@ -258,4 +275,21 @@ func newMux(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h *he
 		profiling.Register(mux)
 	}
 	return mux
+}
+
+// nodeDeployment completes --node-deployment's configuration with the
+// node's topology as its driver reports it (NodeGetInfo): the driver must
+// serve its node service on the same socket.
+func nodeDeployment(ctx context.Context, cfg config, conn *grpc.ClientConn) (*provisioner.NodeDeployment, error) {
+	callCtx, cancel := context.WithTimeout(ctx, cfg.controller.Provisioner.Timeout)
+	defer cancel()
+	info, err := csi.NewNodeClient(conn).NodeGetInfo(callCtx, &csi.NodeGetInfoRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("--node-deployment: NodeGetInfo of the driver at %s (a node-local driver serves its node service on the same socket): %w", cfg.csiAddress, err)
+	}
+	nd := cfg.node
+	nd.Topology = info.GetAccessibleTopology().GetSegments()
+	klog.FromContext(ctx).Info("Node deployment", "node", nd.NodeName, "driverNodeID", info.GetNodeId(), "topology", nd.Topology,
+		"immediateBinding", nd.ImmediateBinding, "baseDelay", nd.BaseDelay, "maxDelay", nd.MaxDelay)
+	return &nd, nil
 }

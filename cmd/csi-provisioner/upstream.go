@@ -80,14 +80,11 @@ var upstreamFlags = []upstreamFlag{
 	{name: "capacity-poll-interval", upstreamDefault: "1m0s", status: compatSame},
 	{name: "capacity-ownerref-level", upstreamDefault: "1", status: compatDiffers,
 		note: "as upstream when POD_NAME and NAMESPACE are set; without them and without the flag, capacity objects get no owner (upstream refuses to start), and --capacity-owner-deployment names the owner instead"},
-	{name: "node-deployment", upstreamDefault: "false", status: compatDefaultOnly,
-		note: "running one provisioner per node for node-local volumes is not implemented; deploy csi-provisioner once per cluster"},
-	{name: "node-deployment-immediate-binding", upstreamDefault: "true", status: compatIgnored,
-		note: "tunes --node-deployment, which is refused"},
-	{name: "node-deployment-base-delay", upstreamDefault: "20s", status: compatIgnored,
-		note: "tunes --node-deployment, which is refused"},
-	{name: "node-deployment-max-delay", upstreamDefault: "1m0s", status: compatIgnored,
-		note: "tunes --node-deployment, which is refused"},
+	{name: "node-deployment", upstreamDefault: "false", status: compatDiffers,
+		note: "needs NODE_NAME, as upstream; refused together with --leader-election=true (every node's instance must run); by default its capacity objects are owned by its Node, not by the object --capacity-ownerref-level names (see docs/node-deployment.md)"},
+	{name: "node-deployment-immediate-binding", upstreamDefault: "true", status: compatSame},
+	{name: "node-deployment-base-delay", upstreamDefault: "20s", status: compatSame},
+	{name: "node-deployment-max-delay", upstreamDefault: "1m0s", status: compatSame},
 	{name: "controller-publish-readonly", upstreamDefault: "false", status: compatAdded},
 	{name: "prevent-volume-mode-conversion", upstreamDefault: "true", status: compatSame,
 		note: "a restore into another volume mode than the snapshot's source needs snapshot.storage.kubernetes.io/allow-volume-mode-change=true on its VolumeSnapshotContent"},
@@ -143,10 +140,6 @@ func addUpstreamOnlyFlags(fs *flag.FlagSet) {
 	fs.Duration("snapshot-orphan-sweep-interval", defaultSnapshotSweep, compat("snapshot-orphan-sweep-interval"))
 	fs.Uint("capacity-threads", 1, compat("capacity-threads"))
 	fs.Bool("capacity-for-immediate-binding", false, compat("capacity-for-immediate-binding"))
-	fs.Bool("node-deployment", false, compat("node-deployment"))
-	fs.Bool("node-deployment-immediate-binding", true, compat("node-deployment-immediate-binding"))
-	fs.Duration("node-deployment-base-delay", defaultNodeBaseDelay, compat("node-deployment-base-delay"))
-	fs.Duration("node-deployment-max-delay", defaultNodeMaxDelay, compat("node-deployment-max-delay"))
 	fs.String("leader-election-labels", "", compat("leader-election-labels"))
 	fs.BoolFunc("automaxprocs", compat("automaxprocs"), parseOptionalBool)
 }

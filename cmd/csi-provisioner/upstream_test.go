@@ -7,8 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
 // quietFlagSet is newFlagSet without usage output on errors.
@@ -60,9 +64,6 @@ func TestUpstreamOnlyFlagValues(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{name: "node deployment", args: []string{"--node-deployment"}, wantErr: "--node-deployment=true is not supported: running one provisioner per node"},
-		{name: "node deployment at its default", args: []string{"--node-deployment=false"}},
-		{name: "node deployment tuning", args: []string{"--node-deployment-immediate-binding=false", "--node-deployment-base-delay=1s", "--node-deployment-max-delay=2m"}},
 		{name: "master", args: []string{"--master=https://10.0.0.1:6443"}, wantErr: "--master=https://10.0.0.1:6443 is not supported: "},
 		{name: "capacity for immediate binding", args: []string{"--capacity-for-immediate-binding"}, wantErr: "--capacity-for-immediate-binding=true is not supported: "},
 		{name: "leader election labels", args: []string{"--leader-election-labels=a:b"}, wantErr: "--leader-election-labels=a:b is not supported: "},
@@ -84,6 +85,42 @@ func TestUpstreamOnlyFlagValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := parseArgs(tc.args, io.Discard)
 			checkErr(t, err, tc.wantErr)
+		})
+	}
+}
+
+// --node-deployment needs $NODE_NAME and excludes leader election; its
+// tuning flags parse as upstream's and are checked against each other.
+func TestNodeDeploymentFlags(t *testing.T) {
+	tests := []struct {
+		name     string
+		nodeName string
+		args     []string
+		wantErr  string
+		want     provisioner.NodeDeployment
+	}{
+		{name: "without NODE_NAME", args: []string{"--node-deployment"},
+			wantErr: "--node-deployment needs the NODE_NAME environment variable"},
+		{name: "defaults", nodeName: "n1", args: []string{"--node-deployment"},
+			want: provisioner.NodeDeployment{NodeName: "n1", ImmediateBinding: true, BaseDelay: 20 * time.Second, MaxDelay: time.Minute}},
+		{name: "tuned", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-immediate-binding=false", "--node-deployment-base-delay=1s", "--node-deployment-max-delay=2m"},
+			want: provisioner.NodeDeployment{NodeName: "n1", BaseDelay: time.Second, MaxDelay: 2 * time.Minute}},
+		{name: "with leader election", nodeName: "n1", args: []string{"--node-deployment", "--leader-election"},
+			wantErr: "--node-deployment and --leader-election=true exclude each other"},
+		{name: "max below base", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-base-delay=2m", "--node-deployment-max-delay=1m"},
+			wantErr: "--node-deployment-base-delay must be positive and at most --node-deployment-max-delay"},
+		{name: "off, tuning accepted", args: []string{"--node-deployment=false", "--node-deployment-base-delay=1s", "--leader-election"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("NODE_NAME", tc.nodeName)
+			c, _, err := parseArgs(tc.args, io.Discard)
+			checkErr(t, err, tc.wantErr)
+			if err == nil && c.nodeDeployment {
+				if diff := cmp.Diff(tc.want, c.node); diff != "" {
+					t.Errorf("node deployment (-want +got):\n%s", diff)
+				}
+			}
 		})
 	}
 }

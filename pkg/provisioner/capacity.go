@@ -26,7 +26,6 @@ import (
 const (
 	labelDriverName = "csi.storage.k8s.io/drivername"
 	labelManagedBy  = "csi.storage.k8s.io/managed-by"
-	managedBy       = "csi-topology-provisioner"
 )
 
 // CapacityClient is the CSI call capacity publishing needs.
@@ -47,6 +46,29 @@ type CapacityConfig struct {
 	Owner *metav1.OwnerReference
 	// Timeout bounds each GetCapacity call; default 10s.
 	Timeout time.Duration
+	// ManagedBy is the csi.storage.k8s.io/managed-by label of the objects
+	// this publisher owns, and the only ones it lists, updates and deletes.
+	// Default "csi-topology-provisioner"; a node deployment's instance has
+	// its own (ManagedBy(node)).
+	ManagedBy string
+}
+
+func (c CapacityConfig) withDefaults() CapacityConfig {
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Minute
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.ManagedBy == "" {
+		c.ManagedBy = ManagedBy("")
+	}
+	return c
+}
+
+// selector selects the objects this publisher owns.
+func (c CapacityConfig) selector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{labelDriverName: c.DriverName, labelManagedBy: c.ManagedBy})
 }
 
 // CapacityPublisher keeps one CSIStorageCapacity per (segment, delayed-binding
@@ -76,12 +98,7 @@ type CapacityPublisher struct {
 // CSIStorageCapacity objects (an informer's lister).
 func NewCapacityPublisher(cfg CapacityConfig, client kubernetes.Interface, csiClient CapacityClient, index *topology.Index,
 	classes storagelisters.StorageClassLister, capacities storagelisters.CSIStorageCapacityLister) *CapacityPublisher {
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = time.Minute
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
-	}
+	cfg = cfg.withDefaults()
 	return &CapacityPublisher{cfg: cfg, client: client, csi: csiClient, index: index, classes: classes,
 		capacities: capacities, pending: map[string]bool{}, wake: make(chan struct{}, 1), resync: make(chan struct{}, 1)}
 }
@@ -216,8 +233,7 @@ func (p *CapacityPublisher) sync(ctx context.Context, only string) ([]*storagev1
 			}
 		}
 	}
-	existing, err := p.capacities.CSIStorageCapacities(p.cfg.Namespace).List(labels.SelectorFromSet(labels.Set{
-		labelDriverName: p.cfg.DriverName, labelManagedBy: managedBy}))
+	existing, err := p.capacities.CSIStorageCapacities(p.cfg.Namespace).List(p.cfg.selector())
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +301,7 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 		obj := &storagev1.CSIStorageCapacity{
 			ObjectMeta: metav1.ObjectMeta{
 				Name:   capacityName(p.cfg.DriverName, seg.String(), class.Name),
-				Labels: map[string]string{labelDriverName: p.cfg.DriverName, labelManagedBy: managedBy},
+				Labels: map[string]string{labelDriverName: p.cfg.DriverName, labelManagedBy: p.cfg.ManagedBy},
 			},
 			NodeTopology:      &metav1.LabelSelector{MatchLabels: map[string]string(seg)},
 			StorageClassName:  class.Name,

@@ -76,6 +76,9 @@ type Config struct {
 	// segment go back to the scheduler without a CreateVolume. Default 1m.
 	// See fullSegments.
 	FullSegmentHold time.Duration
+	// Node, when set, makes this the instance of one node (node
+	// deployment); nil: one provisioner for the whole cluster.
+	Node *NodeDeployment
 }
 
 const (
@@ -94,12 +97,16 @@ func (c Config) withDefaults() Config {
 	if c.FullSegmentHold <= 0 {
 		c.FullSegmentHold = defaultFullSegmentHold
 	}
+	c.Node = c.Node.withDefaults()
 	return c
 }
 
 func (c Config) validate() error {
 	if c.DriverName == "" {
 		return fmt.Errorf("driver name is required")
+	}
+	if c.Node != nil && c.Node.NodeName == "" {
+		return fmt.Errorf("node deployment needs the node's name")
 	}
 	return nil
 }

@@ -50,6 +50,9 @@ type ControllerConfig struct {
 	// (FinalizerInFlight, inflight.go). Unsafe: volumes can leak as they do
 	// with upstream external-provisioner; it exists to show those leaks.
 	DisableInFlightRecord bool
+	// DriverStatus, when set, tells whether the driver answers
+	// (DriverMonitor.Status); see Deps.DriverStatus.
+	DriverStatus func() (connected bool, reason string)
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -74,6 +77,7 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	if c.RetryPeriod <= 0 {
 		c.RetryPeriod = 5 * time.Second
 	}
+	c.Provisioner.Node = c.Provisioner.Node.withDefaults()
 	return c
 }
 
@@ -103,7 +107,13 @@ type Controller struct {
 	factory informers.SharedInformerFactory
 	// nodes is the metadata-only Node informer, run beside the factory
 	// (nil: Nodes are the factory's).
-	nodes       cache.SharedIndexInformer
+	nodes cache.SharedIndexInformer
+	// nodeFactory, with node deployment, holds the informers of the
+	// instance's own Node and CSINode (nil otherwise).
+	nodeFactory informers.SharedInformerFactory
+	// claimer takes immediate-binding claims for the node (node deployment
+	// with ImmediateBinding; nil otherwise).
+	claimer     *nodeClaimer
 	provisioner *Provisioner
 	lib         *controller.ProvisionController
 	index       *topology.Index
@@ -138,14 +148,31 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
 		return nil, fmt.Errorf("retry interval max %s is below retry interval start %s", cfg.RetryIntervalMax, cfg.RetryIntervalStart)
 	}
+	nd := cfg.Provisioner.Node
+	if nd != nil && cfg.LeaderElection {
+		return nil, fmt.Errorf("node deployment runs an instance on every node: leader election would stop all but one")
+	}
 	// Cached objects are trimmed to what the provisioner reads (Nodes to
 	// their labels): see TrimForCache.
-	factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod, informers.WithTransform(TrimForCache))
+	transform := TrimForCache
+	if nd != nil {
+		transform = nd.trimForCache
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod, informers.WithTransform(transform))
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	volumes := factory.Core().V1().PersistentVolumes().Informer()
 	classes := factory.Storage().V1().StorageClasses().Informer()
-	nodes, ownNodes := newNodeInformer(clients.Metadata, factory, cfg.ResyncPeriod)
-	csiNodes := factory.Storage().V1().CSINodes()
+	// With node deployment, the node's own Node and CSINode only.
+	nodeFactory, nodeTweak := factory, func(*metav1.ListOptions) {}
+	var ownNodeFactory informers.SharedInformerFactory
+	if nd != nil {
+		nodeTweak = nd.nodeFieldSelector
+		ownNodeFactory = informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod,
+			informers.WithTransform(TrimForCache), informers.WithTweakListOptions(nodeTweak))
+		nodeFactory = ownNodeFactory
+	}
+	nodes, ownNodes := newNodeInformer(clients.Metadata, nodeFactory, cfg.ResyncPeriod, nodeTweak)
+	csiNodes := nodeFactory.Storage().V1().CSINodes()
 
 	index := topology.NewIndex(cfg.Provisioner.DriverName)
 	indexSynced, err := feedIndex(index, nodes, csiNodes.Informer())
@@ -158,8 +185,15 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.Capacity != nil {
 		cc := *cfg.Capacity
 		cc.DriverName = cfg.Provisioner.DriverName
+		if nd != nil {
+			cc.ManagedBy = ManagedBy(nd.NodeName)
+		}
+		cc = cc.withDefaults()
+		// Only this provisioner's objects: with node deployment, every
+		// node's instance has its own.
 		capacityFactory = informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod,
-			informers.WithNamespace(cc.Namespace), informers.WithTransform(TrimForCache))
+			informers.WithNamespace(cc.Namespace), informers.WithTransform(TrimForCache),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cc.selector().String() }))
 		capacity = NewCapacityPublisher(cc, clients.Capacity, csiClient, index,
 			factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
 	}
@@ -175,6 +209,8 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		Index:      index,
 		Decisions:  decisions,
 		Selections: NewSelectionClock(nil),
+		// Only node deployment hands claims back for a silent driver.
+		DriverStatus: cfg.DriverStatus,
 	}
 	if cfg.Metrics != nil {
 		deps.Metrics = NewMetrics(cfg.Metrics)
@@ -218,6 +254,17 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		libClient = withRecordGuard(libClient, p, records.recorder)
 	}
 	libClaims, libVolumes := newReplayInformer(claims, pendingClaim), newReplayInformer(volumes, volumeToDelete)
+	var claimer *nodeClaimer
+	if nd != nil {
+		// The library sees this node's claims and volumes only.
+		libClaims.scope, libVolumes.scope = nd.ownsClaim, nd.ownsVolume
+		if nd.ImmediateBinding {
+			if claimer, err = newNodeClaimer(nd, p, claims, factory.Storage().V1().StorageClasses().Lister(),
+				corelisters.NewNodeLister(nodes.GetIndexer()), client.CoreV1(), cfg.Capacity != nil); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if attachments != nil {
 		// A PV waiting for its detach is deleted as soon as it is detached.
 		if _, err := attachments.AddEventHandler(attachmentGoneHandler(func(pv string) { libVolumes.replayKey(pv) })); err != nil {
@@ -246,7 +293,8 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if ownNodes {
 		nodeInformer = nodes
 	}
-	return &Controller{cfg: cfg, clients: clients, factory: factory, nodes: nodeInformer, provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
+	return &Controller{cfg: cfg, clients: clients, factory: factory, nodes: nodeInformer, nodeFactory: ownNodeFactory, claimer: claimer,
+		provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
 		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, records: records}, nil
 }
 
@@ -271,12 +319,21 @@ func (c *Controller) Provisioner() *Provisioner { return c.provisioner }
 func (c *Controller) Run(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
+	if c.nodeFactory != nil {
+		c.nodeFactory.Start(ctx.Done())
+		defer c.nodeFactory.Shutdown()
+	}
 	if c.nodes != nil {
 		go c.nodes.RunWithContext(ctx)
 	}
-	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer cache for %v did not sync", typ)
+	for _, f := range []informers.SharedInformerFactory{c.factory, c.nodeFactory} {
+		if f == nil {
+			continue
+		}
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer cache for %v did not sync", typ)
+			}
 		}
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.indexSynced...) {
@@ -288,6 +345,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	work := func(ctx context.Context) {
 		go c.sources.protection.Run(ctx)
+		if c.claimer != nil {
+			go c.claimer.run(ctx)
+		}
 		c.lib.Run(ctx)
 	}
 	if c.capacity != nil {

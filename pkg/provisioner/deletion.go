@@ -69,9 +69,14 @@ func (d *deletedVolumes) recent(uid types.UID) bool {
 
 // ShouldDelete implements controller.DeletionGuard: a PV that is already
 // being deleted and whose volume this process deleted moments ago is not
-// deleted again (see deletedVolumes). Every other PV is left to the
-// library's own checks.
+// deleted again (see deletedVolumes). With node deployment, a PV whose
+// volume is on another node is that node's instance's
+// (NodeDeployment.ownsVolume). Every other PV is left to the library's own
+// checks.
 func (p *Provisioner) ShouldDelete(ctx context.Context, pv *v1.PersistentVolume) bool {
+	if !p.cfg.Node.ownsVolume(pv) {
+		return false
+	}
 	if pv.DeletionTimestamp != nil && p.deleted.recent(pv.UID) {
 		klog.FromContext(ctx).V(4).Info("Volume already deleted, waiting for the PV's finalizer removal to be observed", "pv", klog.KObj(pv))
 		return false

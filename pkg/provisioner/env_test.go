@@ -137,6 +137,8 @@ type envOptions struct {
 	snapObjs []runtime.Object
 	// records switches the durable in-flight record on (Deps.ClaimPatcher).
 	records bool
+	// driverStatus is Deps.DriverStatus.
+	driverStatus func() (bool, string)
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -188,7 +190,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	cfg := o.cfg
 	cfg.DriverName = testDriver
 	deps := Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog(),
-		Clock: o.clock, Metrics: o.metrics, Sources: srcs}
+		Clock: o.clock, Metrics: o.metrics, Sources: srcs, DriverStatus: o.driverStatus}
 	if o.records {
 		deps.ClaimPatcher = cs.CoreV1()
 	}

@@ -51,6 +51,10 @@ const (
 // or already bound: no CreateVolume may run for it.
 var errClaimGoneOrDeleting = errors.New("claim is gone, being deleted or already bound")
 
+// errClaimSelectedElsewhere stops a node deployment's provision of a claim
+// that the API shows selected for another node.
+var errClaimSelectedElsewhere = fmt.Errorf("%w: claim selected for another node", errClaimGoneOrDeleting)
+
 // recentSuccess is how long a claim whose provision just returned a PV waits
 // for that PV to appear in the informer before its record is treated as
 // open: the library creates the PV right after Provision returns.
@@ -62,6 +66,9 @@ const recentSuccess = 2 * time.Minute
 // for concurrent use. A nil *inFlight records nothing (protection off).
 type inFlight struct {
 	claims corev1client.PersistentVolumeClaimsGetter
+	// node, with node deployment, is the instance's node: a claim the
+	// record's PATCH finds selected for another node gets no CreateVolume.
+	node *NodeDeployment
 
 	mu sync.Mutex
 	// busy holds the claims a Provision call is working on.
@@ -73,11 +80,11 @@ type inFlight struct {
 	succeeded map[types.UID]time.Time
 }
 
-func newInFlight(claims corev1client.PersistentVolumeClaimsGetter) *inFlight {
+func newInFlight(claims corev1client.PersistentVolumeClaimsGetter, node *NodeDeployment) *inFlight {
 	if claims == nil {
 		return nil
 	}
-	return &inFlight{claims: claims, busy: map[types.UID]bool{}, requests: map[types.UID]*csi.CreateVolumeRequest{},
+	return &inFlight{claims: claims, node: node, busy: map[types.UID]bool{}, requests: map[types.UID]*csi.CreateVolumeRequest{},
 		succeeded: map[types.UID]time.Time{}}
 }
 
@@ -208,6 +215,10 @@ func (f *inFlight) open(ctx context.Context, claim *v1.PersistentVolumeClaim, re
 		return fmt.Errorf("recording the in-flight volume %q on the claim: %w", req.GetName(), err)
 	case got.UID != claim.UID || got.DeletionTimestamp != nil || got.Spec.VolumeName != "":
 		return errClaimGoneOrDeleting
+	case !f.node.ownsClaim(got):
+		// Node deployment: the answer of the API, not of a cache, decides
+		// which node's instance may create the volume.
+		return fmt.Errorf("%w: selected for node %q, not %q", errClaimSelectedElsewhere, got.Annotations[annSelectedNode], f.node.NodeName)
 	}
 	f.remember(claim.UID, req)
 	return nil

@@ -58,7 +58,7 @@ func (c *guardCoreV1) PersistentVolumes() corev1client.PersistentVolumeInterface
 }
 
 func (c *guardCoreV1) PersistentVolumeClaims(namespace string) corev1client.PersistentVolumeClaimInterface {
-	return &guardClaims{PersistentVolumeClaimInterface: c.CoreV1Interface.PersistentVolumeClaims(namespace)}
+	return &guardClaims{PersistentVolumeClaimInterface: c.CoreV1Interface.PersistentVolumeClaims(namespace), dropRecord: c.p.cfg.Node != nil}
 }
 
 type guardPVs struct {
@@ -135,16 +135,26 @@ func handleOf(pv *v1.PersistentVolume) string {
 
 type guardClaims struct {
 	corev1client.PersistentVolumeClaimInterface
+	// dropRecord (node deployment): the reschedule also removes the
+	// claim's in-flight record. The instance hands a claim back only once
+	// no volume of it remains on its node (beforeHandBack), and the next
+	// node's instance records its own attempt; a record left behind would
+	// name no node whose instance could clear it.
+	dropRecord bool
 }
 
 // Update sends a claim without volume.kubernetes.io/selected-node (the
 // library's reschedule, its only claim update) as a PATCH removing that
-// annotation, with the claim's UID as precondition; anything else as is.
+// annotation (and, with node deployment, the in-flight record), with the
+// claim's UID as precondition; anything else as is.
 func (g *guardClaims) Update(ctx context.Context, claim *v1.PersistentVolumeClaim, opts metav1.UpdateOptions) (*v1.PersistentVolumeClaim, error) {
 	if _, ok := claim.Annotations[annSelectedNode]; ok || claim.UID == "" {
 		return g.PersistentVolumeClaimInterface.Update(ctx, claim, opts)
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": claim.UID,
-		"annotations": map[string]any{annSelectedNode: nil}}})
+	meta := map[string]any{"uid": claim.UID, "annotations": map[string]any{annSelectedNode: nil}}
+	if g.dropRecord {
+		meta["$deleteFromPrimitiveList/finalizers"] = []string{FinalizerInFlight}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": meta})
 	return g.Patch(ctx, claim.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{DryRun: opts.DryRun, FieldManager: opts.FieldManager})
 }

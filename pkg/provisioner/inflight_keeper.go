@@ -121,7 +121,9 @@ func (k *recordKeeper) observe(obj any) {
 	if !ok {
 		return
 	}
-	has := HasInFlightFinalizer(c)
+	// With node deployment, the records of other nodes' claims are
+	// their instances' business.
+	has := HasInFlightFinalizer(c) && k.p.cfg.Node.ownsClaim(c)
 	k.setOpen(c.UID, has && c.Spec.VolumeName == "")
 	if has && c.DeletionTimestamp != nil {
 		k.queue.Add(cache.MetaObjectToName(c))
@@ -145,7 +147,7 @@ func (k *recordKeeper) setOpen(uid types.UID, open bool) {
 func (k *recordKeeper) reconcile(ctx context.Context) {
 	var pending []cache.ObjectName
 	for _, obj := range k.claims.GetStore().List() {
-		if c, ok := obj.(*v1.PersistentVolumeClaim); ok && HasInFlightFinalizer(c) && c.DeletionTimestamp != nil {
+		if c, ok := obj.(*v1.PersistentVolumeClaim); ok && HasInFlightFinalizer(c) && c.DeletionTimestamp != nil && k.p.cfg.Node.ownsClaim(c) {
 			pending = append(pending, cache.MetaObjectToName(c))
 		}
 	}
@@ -215,7 +217,7 @@ func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
 		return err
 	}
 	claim, ok := obj.(*v1.PersistentVolumeClaim)
-	if !ok || !HasInFlightFinalizer(claim) || claim.DeletionTimestamp == nil {
+	if !ok || !HasInFlightFinalizer(claim) || claim.DeletionTimestamp == nil || !k.p.cfg.Node.ownsClaim(claim) {
 		return nil
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim))

@@ -80,6 +80,10 @@ type Deps struct {
 	// as invalid (INVALID_ARGUMENT). nil: every failure backs off alike.
 	// See slowretry.go.
 	Retries *SlowRetries
+	// DriverStatus, when set, tells whether the driver answers
+	// (DriverMonitor.Status). With node deployment a claim selected for the
+	// node goes back to the scheduler while it does not. May be nil.
+	DriverStatus func() (connected bool, reason string)
 }
 
 // Provisioner provisions and deletes volumes of one CSI driver. It implements
@@ -116,7 +120,7 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
 	}
 	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
-		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlight(deps.ClaimPatcher)}, nil
+		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlight(deps.ClaimPatcher, cfg.Node)}, nil
 }
 
 // SupportsBlock reports that raw block claims are passed to the driver, which
@@ -130,7 +134,13 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	defer p.records.enter(opts.PVC.UID)()
 	// Only this attempt's outcome decides how slowly the next one comes.
 	p.deps.Retries.Unmark(opts.PVC.UID)
+	if !p.cfg.Node.ownsClaim(opts.PVC) {
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "claim selected for another node"}
+	}
 	pv, state, err := p.provision(ctx, opts)
+	if state == controller.ProvisioningReschedule {
+		state, err = p.beforeHandBack(ctx, opts, err)
+	}
 	p.recordOutcome(opts.PVC.UID, pv)
 	var ignored *controller.IgnoredError
 	if errors.As(err, &ignored) {
@@ -199,6 +209,10 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		if req.csi.Secrets, err = p.readSecret(ctx, ref); err != nil {
 			return nil, controller.ProvisioningNoChange, fmt.Errorf("reading provisioner secret: %w", err)
 		}
+	}
+
+	if err := p.driverLive(); err != nil && delayed {
+		return p.fail(ctx, claim, req.csi.Name, controller.ProvisioningReschedule, RescheduleDriverNotLive, err)
 	}
 
 	if err := p.protectSource(ctx, req.source); err != nil {

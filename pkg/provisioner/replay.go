@@ -22,6 +22,9 @@ type replayInformer struct {
 	cache.SharedIndexInformer
 	// wanted selects the objects worth replaying.
 	wanted func(obj any) bool
+	// scope, when set, is the only objects the handlers added through the
+	// informer see (node deployment: this node's claims or volumes).
+	scope func(obj any) bool
 
 	mu       sync.Mutex
 	handlers []cache.ResourceEventHandler
@@ -31,28 +34,31 @@ func newReplayInformer(inf cache.SharedIndexInformer, wanted func(obj any) bool)
 	return &replayInformer{SharedIndexInformer: inf, wanted: wanted}
 }
 
-func (i *replayInformer) remember(h cache.ResourceEventHandler) {
+// remember keeps h for replay and returns the handler to register: h
+// itself, or h limited to the scope.
+func (i *replayInformer) remember(h cache.ResourceEventHandler) cache.ResourceEventHandler {
+	if i.scope != nil {
+		h = scoped(h, i.scope)
+	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.handlers = append(i.handlers, h)
+	return h
 }
 
 // AddEventHandler adds h to the informer and remembers it.
 func (i *replayInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
-	i.remember(h)
-	return i.SharedIndexInformer.AddEventHandler(h)
+	return i.SharedIndexInformer.AddEventHandler(i.remember(h))
 }
 
 // AddEventHandlerWithResyncPeriod adds h to the informer and remembers it.
 func (i *replayInformer) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, period time.Duration) (cache.ResourceEventHandlerRegistration, error) {
-	i.remember(h)
-	return i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(h, period)
+	return i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(i.remember(h), period)
 }
 
 // AddEventHandlerWithOptions adds h to the informer and remembers it.
 func (i *replayInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, o cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
-	i.remember(h)
-	return i.SharedIndexInformer.AddEventHandlerWithOptions(h, o)
+	return i.SharedIndexInformer.AddEventHandlerWithOptions(i.remember(h), o)
 }
 
 // replay hands every wanted cached object to the remembered handlers as an
@@ -61,7 +67,7 @@ func (i *replayInformer) replay() int {
 	handlers := i.remembered()
 	n := 0
 	for _, obj := range i.GetStore().List() {
-		if !i.wanted(obj) {
+		if !i.wanted(obj) || (i.scope != nil && !i.scope(obj)) {
 			continue
 		}
 		n++
@@ -76,7 +82,7 @@ func (i *replayInformer) replay() int {
 // reports whether it did.
 func (i *replayInformer) replayKey(key string) bool {
 	obj, ok, err := i.GetStore().GetByKey(key)
-	if err != nil || !ok || !i.wanted(obj) {
+	if err != nil || !ok || !i.wanted(obj) || (i.scope != nil && !i.scope(obj)) {
 		return false
 	}
 	for _, h := range i.remembered() {

@@ -29,6 +29,9 @@ const (
 	// claim's data source (the volume a clone copies or a snapshot was taken
 	// of).
 	RescheduleSourceUnreachable RescheduleReason = "SourceUnreachable"
+	// RescheduleDriverNotLive: node deployment, the driver on the selected
+	// node (this instance's) does not answer.
+	RescheduleDriverNotLive RescheduleReason = "DriverNotLive"
 )
 
 // createVolumeState maps a CreateVolume error onto the library's

@@ -62,13 +62,15 @@ func nodeFromMetadata(obj any) (any, error) {
 // every kubelet heartbeat changes), so nothing of it is decoded, and the
 // cache holds trimmed *v1.Node objects (run it with Run). Without one it is
 // the factory's typed informer, trimmed by TrimForCache (started with the
-// factory).
-func newNodeInformer(meta metadata.Interface, factory informers.SharedInformerFactory, resync time.Duration) (cache.SharedIndexInformer, bool) {
+// factory). tweak narrows what the metadata informer lists (node
+// deployment: the instance's own node); the factory's own options narrow
+// the typed one.
+func newNodeInformer(meta metadata.Interface, factory informers.SharedInformerFactory, resync time.Duration, tweak func(*metav1.ListOptions)) (cache.SharedIndexInformer, bool) {
 	if meta == nil {
 		return factory.Core().V1().Nodes().Informer(), false
 	}
 	inf := metadatainformer.NewFilteredMetadataInformer(meta, v1.SchemeGroupVersion.WithResource("nodes"), metav1.NamespaceAll,
-		resync, cache.Indexers{}, nil).Informer()
+		resync, cache.Indexers{}, tweak).Informer()
 	// Only fails once the informer runs.
 	_ = inf.SetTransform(nodeFromMetadata)
 	return inf, true

@@ -87,7 +87,7 @@ func TestMetadataNodeInformer(t *testing.T) {
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme, node)
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	inf, own := newNodeInformer(meta, factory, 0)
+	inf, own := newNodeInformer(meta, factory, 0, nil)
 	if !own {
 		t.Fatal("a metadata client must give the provisioner its own Node informer")
 	}
@@ -114,7 +114,7 @@ func TestMetadataNodeInformer(t *testing.T) {
 	if diff := cmp.Diff(want, <-added); diff != "" {
 		t.Errorf("handler (-want +got):\n%s", diff)
 	}
-	if _, own := newNodeInformer(nil, factory, 0); own {
+	if _, own := newNodeInformer(nil, factory, 0, nil); own {
 		t.Error("without a metadata client the Node informer is the factory's")
 	}
 }

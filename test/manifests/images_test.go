@@ -68,9 +68,10 @@ func upShVar(t *testing.T, name string) string {
 
 // TestImageReferences fails when the manifests and `make image` drift
 // apart: every image of ours that a kustomization names is an image `make
-// image` builds; the mock overlay uses all of them at the tag up.sh builds
-// and loads; up.sh loads exactly those; and docs/install.md's overlay names
-// what `make push REGISTRY=registry.example.com VERSION=v0.1.0` pushes.
+// image` builds; every overlay names them at the tag up.sh builds and
+// loads, and the mock overlay uses all of them; up.sh loads exactly those;
+// and docs/install.md's overlay names what `make push
+// REGISTRY=registry.example.com VERSION=v0.1.0` pushes.
 func TestImageReferences(t *testing.T) {
 	binaries := productBinaries(t)
 	upVersion := upShVar(t, "VERSION")
@@ -100,6 +101,11 @@ func TestImageReferences(t *testing.T) {
 				name, _, _ := strings.Cut(img, ":")
 				if !slices.Contains(binaries, strings.TrimPrefix(name, imageRepository+"/")) {
 					t.Errorf("%s names %s, an image make image does not build (%q)", dir, img, binaries)
+				}
+				// An overlay can be applied to the quick start's kind
+				// cluster: up.sh's tag.
+				if want := refs(imageRepository, upVersion); strings.HasPrefix(dir, "deploy/kubernetes/overlays/") && !slices.Contains(want, img) {
+					t.Errorf("%s runs %s; deploy/kind/up.sh builds and loads %q (VERSION=%s)", dir, img, want, upVersion)
 				}
 			}
 		})

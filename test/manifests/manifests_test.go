@@ -5,7 +5,9 @@
 // created with a server-side dry run, so a manifest the apiserver rejects
 // fails `make test`. The scheduler configurations are decoded and validated
 // as kube-scheduler would, and every copy of the plugin's configuration must
-// equal the component's but for the driver name.
+// equal the component's but for the driver name. The node deployment's
+// DaemonSet and the rules of its ServiceAccount are held to
+// docs/node-deployment.md.
 package manifests
 
 import (
@@ -116,6 +118,16 @@ var wantObjects = map[string][]kindName{
 		{"ServiceAccount", "csi-topology", "csi-topology-scheduler"},
 		{"ServiceAccount", "csi-topology", "csi-scheduler-extender"},
 		{"ConfigMap", "csi-topology", "mock-driver-config"},
+	},
+	"deploy/kubernetes/overlays/node-local": {
+		{"DaemonSet", "csi-topology", "csi-node"},
+		{"CSIDriver", "", "mock.csi.example.com"},
+		{"StorageClass", "", "csi-node-local"},
+		{"ServiceAccount", "csi-topology", "csi-node-provisioner"},
+		{"ClusterRole", "", "csi-topology-node-provisioner"},
+		{"Role", "csi-topology", "csi-topology-node-provisioner-capacity"},
+		{"Deployment", "csi-topology", "csi-topology-scheduler"},
+		{"ConfigMap", "csi-topology", "csi-topology-scheduler-config"},
 	},
 }
 
