@@ -53,7 +53,9 @@ var NodeLocalProvisionerArgs = []string{
 // own state and capacity; csi-node-publisher, which publishes the node's
 // CSINode entry and renews the driver's heartbeat Lease; and
 // `csi-provisioner --node-deployment` with NODE_NAME set to the node, which
-// provisions only the claims selected for its node. There is no central
+// provisions only the claims selected for its node, under the
+// ServiceAccount csi-node-provisioner with the rules of deploy/'s
+// node-deployment component. There is no central
 // controller nor provisioner. Each node's driver has its own admin
 // endpoint, so a test reads what that node was asked and sets its faults.
 type NodeLocalLab struct {
@@ -94,6 +96,15 @@ func SetupNodeLocal(ctx context.Context, c *controlplane.Cluster, cfg NodeLocalC
 		return nil, err
 	}
 	nl := &NodeLocalLab{Lab: l, nodes: map[string]*LocalNode{}, ncfg: cfg}
+	// The per-node instances run under the ServiceAccount and the rules
+	// of deploy/'s node-deployment component (the lab never runs the
+	// central provisioner).
+	if err := c.ApplyFile(ctx, filepath.Join(c.RepoRoot, "deploy", "kubernetes", "components", "node-deployment", "provisioner-rbac.yaml"), false); err != nil {
+		return nil, err
+	}
+	if l.provKubeconfig, err = c.ServiceAccountKubeconfig(ctx, PublisherNamespace, "csi-node-provisioner"); err != nil {
+		return nil, err
+	}
 	if err := l.createCSIDriver(ctx); err != nil {
 		return nil, err
 	}
