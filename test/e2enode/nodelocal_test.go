@@ -201,6 +201,10 @@ func TestDriverKilledClaimHandedBack(t *testing.T) {
 		t.Logf("claim handed back from %s to %s; event: %s", n.Name, other, msg)
 		if p := n.Provisioner(); p.Exited() {
 			t.Errorf("the provisioner of %s exited when its driver died: %v (log %s)", n.Name, p.Wait(), p.LogPath())
+		} else if m, err := lab.Scrape(ctx, n.HTTPURL+"/metrics"); err != nil {
+			t.Error(err)
+		} else if v := lab.MetricValue(m, "csi_topology_provisioner_reschedules_total", map[string]string{"reason": "DriverNotLive"}); v < 1 {
+			t.Errorf("the provisioner of %s counts %v reschedules for DriverNotLive, want at least 1", n.Name, v)
 		}
 	})
 	t.Logf("pinned pod's condition while the driver was dead: %s", out.Reason)
