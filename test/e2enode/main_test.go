@@ -144,6 +144,18 @@ func deleteNamespace(t *testing.T, ctx context.Context, ns string) {
 	}); err != nil {
 		t.Errorf("pods of %s not gone: %v", ns, err)
 	}
+	// The volumes to be deleted, by node (their PVs' node affinity).
+	type volume struct{ pv, node, handle string }
+	var vols []volume
+	if pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, pv := range pvs.Items {
+			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns && pv.Spec.CSI != nil {
+				if node, err := pvNode(&pv); err == nil {
+					vols = append(vols, volume{pv.Name, node, pv.Spec.CSI.VolumeHandle})
+				}
+			}
+		}
+	}
 	_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	var left []string
 	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
@@ -160,6 +172,25 @@ func deleteNamespace(t *testing.T, ctx context.Context, ns string) {
 		return len(left) == 0, nil
 	}); err != nil {
 		t.Errorf("PVs of the claims of %s not deleted: %v: %s", ns, err, strings.Join(left, ", "))
+		return
+	}
+	// Each node's provisioner deleted its own volumes in its own driver.
+	have := map[string]map[string]bool{}
+	for _, v := range vols {
+		if have[v.node] == nil {
+			list, err := nl.Volumes(ctx, v.node)
+			if err != nil {
+				t.Errorf("volumes of %s: %v", v.node, err)
+				continue
+			}
+			have[v.node] = map[string]bool{}
+			for _, dv := range list {
+				have[v.node][dv.ID] = true
+			}
+		}
+		if have[v.node][v.handle] {
+			t.Errorf("PV %s is gone, its volume %s is still in the driver of %s (leaked)", v.pv, v.handle, v.node)
+		}
 	}
 }
 
