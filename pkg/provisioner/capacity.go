@@ -91,6 +91,11 @@ type CapacityPublisher struct {
 	// resync asks for a full sync (a class came or went); one pending
 	// request stands for any number.
 	resync  chan struct{}
+	// objLocks holds a mutex per object name: a refresh asks GetCapacity
+	// and writes the object under it, so that concurrent refreshes of one
+	// segment (provisions finishing together) write in the order they
+	// asked, the last with the freshest figure.
+	objLocks sync.Map
 	metrics *Metrics
 }
 
@@ -282,6 +287,11 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	if err != nil {
 		return nil, fmt.Errorf("class %s: %w", class.Name, err)
 	}
+	csc := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace)
+	name := capacityName(p.cfg.DriverName, seg.String(), class.Name)
+	mu, _ := p.objLocks.LoadOrStore(name, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	resp, err := p.csi.GetCapacity(cctx, &csi.GetCapacityRequest{
 		Parameters:         params.driver,
@@ -296,11 +306,14 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	if m := resp.GetMaximumVolumeSize(); m != nil {
 		maxSize = resource.NewQuantity(m.GetValue(), resource.BinarySI)
 	}
-	csc := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace)
+	if latest, err := p.capacities.CSIStorageCapacities(p.cfg.Namespace).Get(name); err == nil && cur != nil &&
+		latest.ResourceVersion != cur.ResourceVersion {
+		cur = latest // the informer has seen a write made while this refresh waited for the lock
+	}
 	if cur == nil {
 		obj := &storagev1.CSIStorageCapacity{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:   capacityName(p.cfg.DriverName, seg.String(), class.Name),
+				Name:   name,
 				Labels: map[string]string{labelDriverName: p.cfg.DriverName, labelManagedBy: p.cfg.ManagedBy},
 			},
 			NodeTopology:      &metav1.LabelSelector{MatchLabels: map[string]string(seg)},
@@ -329,6 +342,17 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	upd.Capacity, upd.MaximumVolumeSize = capacity, maxSize
 	updated, err := csc.Update(ctx, upd, metav1.UpdateOptions{})
 	p.metrics.observeCapacityWrite("update", err)
+	if apierrors.IsConflict(err) {
+		// Our own earlier write has not reached the informer yet: write
+		// over the object as the API has it (one GET, rare).
+		if cur, err = csc.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return nil, err
+		}
+		upd = cur.DeepCopy()
+		upd.Capacity, upd.MaximumVolumeSize = capacity, maxSize
+		updated, err = csc.Update(ctx, upd, metav1.UpdateOptions{})
+		p.metrics.observeCapacityWrite("update", err)
+	}
 	return updated, err
 }
 

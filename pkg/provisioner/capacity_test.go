@@ -2,18 +2,24 @@ package provisioner
 
 import (
 	"context"
+	"errors"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
@@ -217,4 +223,54 @@ func (e publisherEnv) start(ctx context.Context, t *testing.T) context.Context {
 	e.factory.WaitForCacheSync(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), e.synced...)
 	return ctx
+}
+
+// A refresh whose update conflicts (the informer had not seen an earlier
+// write of the same object yet, as when provisions of one segment finish
+// together) writes over the object as the API has it instead of failing
+// until the next poll; concurrent refreshes of one segment all succeed.
+func TestCapacityRefreshConflict(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mock, csiClient := startMock(t, ctx, nil)
+	pe := newPublisherEnv(t, CapacityConfig{}, csiClient, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	pe.start(ctx, t)
+	if err := pe.p.Sync(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		caps, _ := pe.factory.Storage().V1().CSIStorageCapacities().Lister().List(labelsEverything())
+		return len(caps) == 1, nil
+	}); err != nil {
+		t.Fatal("capacity object not in the informer")
+	}
+	var conflicts atomic.Int32
+	pe.client.PrependReactor("update", "csistoragecapacities", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts.Add(1) == 1 {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "storage.k8s.io", Resource: "csistoragecapacities"}, "x", errors.New("modified"))
+		}
+		return false, nil, nil
+	})
+	if err := mock.SetCapacity(map[string]string{"zone": "z1"}, 3*gi); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			if _, err := pe.p.Refresh(ctx, zoneTopo("z1"), "wffc"); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("Refresh: %v", err)
+	}
+	if got := capacities(t, ctx, pe.client, "wffc")["z1"]; got != 3*gi {
+		t.Errorf("z1 capacity = %d, want %d", got, 3*gi)
+	}
+	if conflicts.Load() == 0 {
+		t.Error("no update reached the API")
+	}
 }

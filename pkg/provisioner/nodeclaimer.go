@@ -57,6 +57,13 @@ type nodeClaimer struct {
 	tries map[types.UID]int
 }
 
+// Annotations kube-controller-manager's PV controller puts on a claim it
+// leaves to an external provisioner (the beta one for older clusters).
+const (
+	annStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
+	annBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+)
+
 // claimerWorkers take claims at once; each attempt is a few informer reads,
 // at most one GetCapacity and one Update.
 const claimerWorkers = 4
@@ -92,10 +99,17 @@ func (c *nodeClaimer) observe(obj any) {
 }
 
 // candidate returns the claim's class if the claim is an unselected,
-// unbound immediate-binding claim of the driver, else nil.
+// unbound immediate-binding claim of the driver that the PV controller has
+// left to the driver's provisioner, else nil. Waiting for the PV
+// controller's annotation keeps an instance from writing the claim while
+// the PV controller does (its update would conflict and be retried), and
+// the provisioning library needs the annotation anyway.
 func (c *nodeClaimer) candidate(claim *v1.PersistentVolumeClaim) *storagev1.StorageClass {
 	if claim.Spec.VolumeName != "" || claim.DeletionTimestamp != nil || claim.Annotations[annSelectedNode] != "" ||
 		claim.Spec.StorageClassName == nil {
+		return nil
+	}
+	if claim.Annotations[annStorageProvisioner] != c.p.cfg.DriverName && claim.Annotations[annBetaStorageProvisioner] != c.p.cfg.DriverName {
 		return nil
 	}
 	class, err := c.classes.Get(*claim.Spec.StorageClassName)

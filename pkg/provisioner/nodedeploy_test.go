@@ -176,11 +176,15 @@ func TestNodeClaimerAttempt(t *testing.T) {
 		classObj runtime.Object
 		capacity bool
 		conflict bool
-		wantNode string
-		wantTry  int
+		// unannotated: the PV controller has not set the storage-provisioner annotation yet.
+		unannotated bool
+		wantNode    string
+		wantTry     int
 	}{
 		{name: "unselected immediate claim taken", claim: makePVC("d", "imm").PersistentVolumeClaim,
 			classObj: makeClass("imm").immediate().StorageClass, wantNode: "n1"},
+		{name: "not left to the driver by the PV controller yet", claim: makePVC("d", "imm").PersistentVolumeClaim,
+			classObj: makeClass("imm").immediate().StorageClass, unannotated: true},
 		{name: "class allows another zone only", claim: makePVC("d", "imm").PersistentVolumeClaim,
 			classObj: makeClass("imm").immediate().withAllowedZones("z2").StorageClass, wantTry: 1},
 		{name: "delayed-binding class: the scheduler's business", claim: makePVC("d", "wffc").PersistentVolumeClaim,
@@ -196,8 +200,15 @@ func TestNodeClaimerAttempt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			claim := tc.claim.DeepCopy()
+			if !tc.unannotated {
+				if claim.Annotations == nil {
+					claim.Annotations = map[string]string{}
+				}
+				claim.Annotations[annStorageProvisioner] = testDriver
+			}
 			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true, Node: n1Deployment()}, nodes: threeZones, records: true,
-				objs: []runtime.Object{tc.claim, tc.classObj}})
+				objs: []runtime.Object{claim, tc.classObj}})
 			if tc.conflict {
 				e.client.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
 					return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "d", errors.New("changed"))
