@@ -90,13 +90,13 @@ type CapacityPublisher struct {
 	wake      chan struct{}
 	// resync asks for a full sync (a class came or went); one pending
 	// request stands for any number.
-	resync  chan struct{}
+	resync chan struct{}
 	// objLocks holds a mutex per object name: a refresh asks GetCapacity
 	// and writes the object under it, so that concurrent refreshes of one
 	// segment (provisions finishing together) write in the order they
 	// asked, the last with the freshest figure.
 	objLocks sync.Map
-	metrics *Metrics
+	metrics  *Metrics
 }
 
 // NewCapacityPublisher returns a CapacityPublisher; capacities lists the
