@@ -10,8 +10,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
@@ -430,6 +433,63 @@ func checkCapacityOwners(t *testing.T, ctx context.Context) {
 			if len(c.OwnerReferences) != 1 || c.OwnerReferences[0].Kind != "Node" || c.OwnerReferences[0].Name != node {
 				t.Errorf("capacity object %s of %s: owners %+v, want the Node", c.Name, node, c.OwnerReferences)
 			}
+		}
+	}
+}
+
+// TestCapacityObjectsGoWithNode: a node's instance publishes the capacity
+// objects of its node only, owned by its Node; when the node is removed for
+// good, the garbage collector deletes them, and the other nodes' objects
+// stay.
+func TestCapacityObjectsGoWithNode(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const name = "node-gone"
+	n, err := nl.AddNode(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			_ = nl.RemoveNode(context.WithoutCancel(ctx), name)
+		}
+	})
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []storagev1.CSIStorageCapacity
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		caps, err := nl.PublishedCapacity(ctx, classWFFC)
+		objs = caps[name]
+		return err == nil && len(objs) == 1, nil
+	}); err != nil {
+		t.Fatalf("capacity object of %s: %v (have %v)", name, err, objs)
+	}
+	obj := objs[0]
+	if len(obj.OwnerReferences) != 1 || obj.OwnerReferences[0].Kind != "Node" || obj.OwnerReferences[0].UID != node.UID ||
+		obj.Labels["csi.storage.k8s.io/managed-by"] != "csi-topology-provisioner-"+name {
+		t.Errorf("capacity object %s: owners %+v, labels %v; want the Node %s (%s) and managed-by of the node", obj.Name, obj.OwnerReferences, obj.Labels, name, node.UID)
+	}
+	t.Logf("%s published %s (%s) for its node; provisioner log %s", name, obj.Name, obj.Capacity, n.Provisioner().LogPath())
+
+	if err := nl.RemoveNode(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	removed = true
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		_, err := client.StorageV1().CSIStorageCapacities(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("capacity object %s of the deleted node %s still there: %v", obj.Name, name, err)
+	}
+	caps, err := nl.PublishedCapacity(ctx, classWFFC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range nl.Names {
+		if len(caps[other]) != 1 {
+			t.Errorf("node %s has %d capacity objects after %s went, want 1", other, len(caps[other]), name)
 		}
 	}
 }

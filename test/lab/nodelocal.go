@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -160,6 +161,40 @@ func (nl *NodeLocalLab) addNode(ctx context.Context, name string) (*LocalNode, e
 	nl.Names = append(nl.Names, name)
 	nl.nodes[name] = n
 	return n, nil
+}
+
+// AddNode adds one more node to the lab, with its driver, publisher and
+// provisioner, and returns once the provisioner answers /readyz.
+func (nl *NodeLocalLab) AddNode(ctx context.Context, name string) (*LocalNode, error) {
+	n, err := nl.addNode(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.launchProvisioner(); err != nil {
+		return nil, err
+	}
+	return n, n.waitProvisionerReady(ctx)
+}
+
+// RemoveNode takes a node out of the lab as when a machine is removed for
+// good: its provisioner, publisher and driver stop, and its Node object is
+// deleted (what the cluster holds of it then goes through the garbage
+// collector: its Lease, its capacity objects).
+func (nl *NodeLocalLab) RemoveNode(ctx context.Context, name string) error {
+	n := nl.nodes[name]
+	if n == nil {
+		return fmt.Errorf("no node %q in the lab", name)
+	}
+	n.StopProvisioner()
+	nl.StopPublisher(name)
+	n.KillDriver()
+	if err := nl.Cluster.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	delete(nl.nodes, name)
+	delete(nl.Nodes, name)
+	nl.Names = slices.DeleteFunc(nl.Names, func(s string) bool { return s == name })
+	return nil
 }
 
 // Node returns the named node, nil if the lab has none of that name.
