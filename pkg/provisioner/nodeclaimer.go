@@ -78,6 +78,14 @@ func newNodeClaimer(node *NodeDeployment, p *Provisioner, claims cache.SharedInd
 	if _, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.observe,
 		UpdateFunc: func(_, obj any) { c.observe(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if claim, ok := obj.(*v1.PersistentVolumeClaim); ok {
+				c.forget(claim.UID)
+			}
+		},
 	}); err != nil {
 		return nil, fmt.Errorf("watching claims for immediate binding: %w", err)
 	}
