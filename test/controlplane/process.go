@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -90,6 +91,13 @@ func (p *Process) Stop(grace time.Duration) {
 func (p *Process) Kill() {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
+}
+
+// LogTail returns the last n lines of the process's log.
+func (p *Process) LogTail(n int) string {
+	var b strings.Builder
+	p.tail(&b, n)
+	return b.String()
 }
 
 // tail writes the last n lines of the process's log to w.

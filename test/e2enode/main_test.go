@@ -208,25 +208,6 @@ func newClaim(t *testing.T, ctx context.Context, ns, name, class string, size in
 	return pvc
 }
 
-// newPod creates a pod using the claim of the same name that prefers
-// preferNode (when not empty).
-func newPod(t *testing.T, ctx context.Context, ns, name, preferNode string) {
-	t.Helper()
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
-		Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
-		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
-			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
-	}}
-	if preferNode != "" {
-		pod.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{
-			Weight: 100, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
-				{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{preferNode}}}}}}}}
-	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // volumeName is the CSI volume name csi-provisioner gives a claim's volume
 // (--volume-name-prefix=pvc, whole UID).
 func volumeName(pvc *v1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }

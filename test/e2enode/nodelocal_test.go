@@ -178,7 +178,7 @@ func TestDriverKilledClaimHandedBack(t *testing.T) {
 		// The scheduler selected the node for the claim just before the
 		// driver died (the stock annotation, written as kube-scheduler does).
 		handback = newClaim(t, ctx, ns, "handback", classWFFC, gi, map[string]string{annSelectedNode: n.Name})
-		newPod(t, ctx, ns, "handback", n.Name)
+		nl.PodPreferring(t, ctx, ns, "handback", v1.LabelHostname, n.Name)
 		var sel string
 		if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 			pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "handback", metav1.GetOptions{})

@@ -1,11 +1,9 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -240,7 +238,7 @@ func (n *LocalNode) waitProvisionerReady(ctx context.Context) error {
 	var last string
 	err := n.nl.Cluster.WaitFor(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
 		if p.Exited() {
-			return false, fmt.Errorf("csi-provisioner of %s exited: %v; the end of %s:\n%s", n.Name, p.Wait(), p.LogPath(), logTail(p.LogPath(), 10))
+			return false, fmt.Errorf("csi-provisioner of %s exited: %v; the end of %s:\n%s", n.Name, p.Wait(), p.LogPath(), p.LogTail(10))
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.HTTPURL+"/readyz", nil)
 		if err != nil {
@@ -361,23 +359,4 @@ func (nl *NodeLocalLab) PublishedCapacity(ctx context.Context, class string) (ma
 		out[node] = append(out[node], c)
 	}
 	return out, nil
-}
-
-// logTail returns the last n lines of a log file.
-func logTail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }

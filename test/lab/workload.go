@@ -64,6 +64,14 @@ func (l *Lab) ClaimAndPodPreferring(t testing.TB, ctx context.Context, ns, class
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	l.PodPreferring(t, ctx, ns, name, key, value, opts...)
+}
+
+// PodPreferring creates a pod named like the claim it uses, with a
+// preference (weight 100) for nodes labelled key=value (none when value is
+// empty).
+func (l *Lab) PodPreferring(t testing.TB, ctx context.Context, ns, name, key, value string, opts ...PodOption) {
+	t.Helper()
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
 		Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
 		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
@@ -77,7 +85,7 @@ func (l *Lab) ClaimAndPodPreferring(t testing.TB, ctx context.Context, ns, class
 	for _, o := range opts {
 		o(pod)
 	}
-	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := l.Cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
