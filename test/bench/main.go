@@ -57,7 +57,7 @@ type Options struct {
 	// RepoRoot is the project's root (default: found from the working dir).
 	RepoRoot string
 	// ProfileDir, when set, receives Go profiles of our provisioner in the
-	// backlog runs: CPU from launch (20 s) and the heap at the end.
+	// backlog and node runs: CPU from launch (20 s) and the heap at the end.
 	ProfileDir string
 }
 
@@ -85,7 +85,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "Directory of the project's binaries (make build); empty: build them.")
 	fs.StringVar(&o.Compare, "compare", "", "Another csi-provisioner binary to run through the same scenarios, alternating with ours.")
 	fs.StringVar(&extra, "provisioner-args", "", "Extra flags for every provisioner run, space-separated.")
-	fs.StringVar(&o.ProfileDir, "profile-dir", "", "Save Go profiles of our provisioner's backlog runs here (CPU for 20 s from launch, heap at the end; --enable-pprof).")
+	fs.StringVar(&o.ProfileDir, "profile-dir", "", "Save Go profiles of our provisioner's backlog and node runs here (CPU for 20 s from launch, heap once all claims are Bound; --enable-pprof).")
 	fs.StringVar(&o.Out, "out", "", "Directory for the JSON of each run and table.md (default .cache/bench/<time>).")
 	if err := fs.Parse(args); err != nil {
 		return o, err

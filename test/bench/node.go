@@ -236,9 +236,13 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 		return r, err
 	}
 	defer o.Stop()
+	prof, pargs, err := e.startProfiler(ctx, fmt.Sprintf("node-rep%d", rep), 20)
+	if err != nil {
+		return r, err
+	}
 	binary := e.provisionerBinary(ours)
 	args := append([]string{"--csi-address=unix://" + nl.socket, "--kubeconfig=" + nl.kubeconfig}, commonArgs...)
-	args = append(append(args, nodeArgs...), e.opts.ProvisionerArgs...)
+	args = append(append(append(args, nodeArgs...), pargs...), e.opts.ProvisionerArgs...)
 	e.runs++
 	l, err := e.launchWith(ctx, ours, binary, o, func() (*controlplane.Process, error) {
 		return e.cluster.StartProcess(fmt.Sprintf("csi-provisioner-node-%d", e.runs), binary, args, []string{"NODE_NAME=" + nl.node})
@@ -256,6 +260,7 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 		return r, err
 	}
 	e.finishCreate(ctx, &r, o, l, start, created)
+	prof.heap(ctx)
 	e.checkNodeVolumes(ctx, &r, o, nl, ns)
 	if err := e.cleanUp(ctx, ns, o, l); err != nil {
 		return r, err
