@@ -128,11 +128,13 @@ func (e *env) prepareNode(ctx context.Context) (*nodeLocal, error) {
 	}); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	if err := e.createBackground(ctx, n.node); err != nil {
-		return nil, fmt.Errorf("background claims: %w", err)
+	if e.opts.BackgroundClaims > 0 {
+		start := time.Now()
+		if err := e.createBackground(ctx); err != nil {
+			return nil, fmt.Errorf("background claims: %w", err)
+		}
+		n.backgroundSetup = time.Since(start)
 	}
-	n.backgroundSetup = time.Since(start)
 	e.nodeLocal = n
 	return n, nil
 }
@@ -141,7 +143,7 @@ func (e *env) prepareNode(ctx context.Context) (*nodeLocal, error) {
 func nodeName(i int) string { return fmt.Sprintf("bench-node-%05d", i) }
 
 // createBackground creates BackgroundClaims claims of the node-local class
-// on the nodes other than own, round robin, each bound to a PV of its node
+// on the nodes other than the first (the instance's), round robin, each bound to a PV of its node
 // as the node's instance would have made it (CSI source of the driver,
 // node affinity to the node, the library's finalizer), and waits until the
 // PV controller has bound them all. A claim is created first, then its PV
@@ -149,12 +151,9 @@ func nodeName(i int) string { return fmt.Sprintf("bench-node-%05d", i) }
 // writes, and finds nothing to do afterwards (no Event, no periodic write;
 // a pending claim would get an ExternalProvisioning Event at every resync
 // of the PV controller).
-func (e *env) createBackground(ctx context.Context, own string) error {
+func (e *env) createBackground(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	n := e.opts.BackgroundClaims
-	if n == 0 {
-		return nil
-	}
 	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: backgroundNamespace}},
 		metav1.CreateOptions{}); err != nil {
 		return err
