@@ -80,7 +80,7 @@ fuzz:
 	done
 
 ## bench: csi-provisioner measured as a whole process on the local control plane (test/bench, docs/performance.md):
-## SIZES (fake nodes, comma-separated), SCENARIOS (backlog,delete,burst,wffc), REPS, CLAIMS, COMPARE=/path/to/other/csi-provisioner
+## SIZES (fake nodes, comma-separated), SCENARIOS (backlog,delete,burst,wffc,node), REPS, CLAIMS, COMPARE=/path/to/other/csi-provisioner
 ## (run alternately with ours, ratios printed), BENCH_ARGS (more flags of test/bench); JSON and table in .cache/bench/
 SIZES     ?= 3
 SCENARIOS ?= backlog,delete,burst

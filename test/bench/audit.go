@@ -10,8 +10,14 @@ import (
 )
 
 // provisionerUser is the user csi-provisioner runs as in the lab (its
-// ServiceAccount of deploy/), for whichever binary is measured.
-const provisionerUser = "system:serviceaccount:csi-topology:csi-provisioner"
+// ServiceAccount of deploy/), for whichever binary is measured;
+// nodeProvisionerUser the user of the node deployment's instances
+// (deploy/kubernetes/components/node-deployment), in the node scenario. One
+// provisioner runs at a time.
+const (
+	provisionerUser     = "system:serviceaccount:csi-topology:csi-provisioner"
+	nodeProvisionerUser = "system:serviceaccount:csi-topology:csi-node-provisioner"
+)
 
 // auditPolicy records the provisioner's requests only, without bodies. A
 // watch appears at ResponseStarted and again at ResponseComplete; requests
@@ -21,7 +27,7 @@ kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  users: ["` + provisionerUser + `"]
+  users: ["` + provisionerUser + `", "` + nodeProvisionerUser + `"]
 - level: None
 `
 
@@ -62,7 +68,7 @@ func readAudit(path string) ([]request, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		if e.User.Username != provisionerUser || seen[e.AuditID] {
+		if (e.User.Username != provisionerUser && e.User.Username != nodeProvisionerUser) || seen[e.AuditID] {
 			continue
 		}
 		seen[e.AuditID] = true

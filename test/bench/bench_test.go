@@ -9,21 +9,22 @@ import (
 )
 
 // TestBenchSmoke runs the smallest benchmark (3 nodes, 5 claims, one rep of
-// backlog and delete) so that the harness cannot rot: every figure it
-// reports must be there and every check must pass. It asserts no timing.
+// backlog, delete and node with 20 background claims) so that the harness
+// cannot rot: every figure it reports must be there and every check must
+// pass. It asserts no timing.
 func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
 	_, ctx := ktesting.NewTestContext(t)
-	opts := Options{Sizes: []int{3}, Scenarios: []string{"backlog", "delete"}, Claims: 5, Reps: 1,
+	opts := Options{Sizes: []int{3}, Scenarios: []string{"backlog", "delete", "node"}, Claims: 5, BackgroundClaims: 20, Reps: 1,
 		BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
 	report, err := Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(report.Runs) != 2 {
-		t.Fatalf("%d runs, want backlog and delete", len(report.Runs))
+	if len(report.Runs) != 3 {
+		t.Fatalf("%d runs, want backlog, delete and node", len(report.Runs))
 	}
 	for _, r := range report.Runs {
 		if len(r.Failures) > 0 {
@@ -33,7 +34,7 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("%s: figures missing: %+v", r.Scenario, r)
 		}
 	}
-	backlog, del := report.Runs[0], report.Runs[1]
+	backlog, del, node := report.Runs[0], report.Runs[1], report.Runs[2]
 	if got := backlog.Requests["create persistentvolumes"]; got != 5 {
 		t.Errorf("backlog: the audit log has %d PV creates by the provisioner, want 5 (requests: %v)", got, backlog.Requests)
 	}
@@ -47,8 +48,18 @@ func TestBenchSmoke(t *testing.T) {
 	if got := del.Requests["delete persistentvolumes"]; got < 5 {
 		t.Errorf("delete: the audit log has %d PV deletes by the provisioner, want at least 5 (requests: %v)", got, del.Requests)
 	}
+	if node.Scenario != "node" || node.BackgroundClaims != 20 || node.BackgroundSetup <= 0 {
+		t.Errorf("node: scenario %q, background %d claims set up in %v s", node.Scenario, node.BackgroundClaims, node.BackgroundSetup)
+	}
+	// The instance's user is in the audit log too.
+	if got := node.Requests["create persistentvolumes"]; got != 5 {
+		t.Errorf("node: the audit log has %d PV creates by the instance, want 5 (requests: %v)", got, node.Requests)
+	}
+	if node.Startup <= 0 || node.RSSSynced <= 0 || node.PeakRSS < node.RSSSynced {
+		t.Errorf("node: start-up %v s, RSS at sync %v MB, peak RSS %v MB", node.Startup, node.RSSSynced, node.PeakRSS)
+	}
 	table := report.Markdown()
-	for _, want := range []string{"A′ backlog", "Delete:", "| 3 | ours |"} {
+	for _, want := range []string{"A′ backlog", "Delete:", "Node deployment", "with 20 claims of other nodes", "| 3 | ours |"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}

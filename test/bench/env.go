@@ -43,7 +43,10 @@ type env struct {
 	nodes  map[string]string
 	// secondScheduler is csi-topology-scheduler, once a wffc run started it.
 	secondScheduler *controlplane.Process
-	runs            int
+	// nodeLocal is the node scenario's driver and background, once a node
+	// run prepared them.
+	nodeLocal *nodeLocal
+	runs      int
 }
 
 // setUp starts the control plane and deploys the lab on size nodes.

@@ -28,7 +28,7 @@ import (
 )
 
 // Scenarios, in the order a rep runs them.
-var allScenarios = []string{"backlog", "delete", "burst", "wffc"}
+var allScenarios = []string{"backlog", "delete", "burst", "wffc", "node"}
 
 // Options configure a benchmark.
 type Options struct {
@@ -39,6 +39,9 @@ type Options struct {
 	Scenarios []string
 	// Claims is N, the claims (pods for wffc) of a run.
 	Claims int
+	// BackgroundClaims are the node scenario's claims of other nodes, each
+	// bound to a PV, created once per size before its first run.
+	BackgroundClaims int
 	// Reps is the number of runs of each scenario per contender.
 	Reps int
 	// BinDir holds the project's binaries (make build); empty: built into
@@ -54,7 +57,7 @@ type Options struct {
 	// RepoRoot is the project's root (default: found from the working dir).
 	RepoRoot string
 	// ProfileDir, when set, receives Go profiles of our provisioner in the
-	// backlog runs: CPU from launch (20 s) and the heap at the end.
+	// backlog and node runs: CPU from launch (20 s) and the heap at the end.
 	ProfileDir string
 }
 
@@ -74,13 +77,15 @@ func parseFlags(args []string) (Options, error) {
 	klog.InitFlags(fs)
 	fs.StringVar(&sizes, "sizes", "3", "Cluster sizes (fake Ready nodes with CSINodes), comma-separated; 10 zones above 3 nodes.")
 	fs.StringVar(&scenarios, "scenarios", "backlog,delete,burst", "Scenarios, comma-separated, of "+strings.Join(allScenarios, ",")+
-		" (backlog: A′, burst: A, wffc: B; delete runs on backlog's claims).")
+		" (backlog: A′, burst: A, wffc: B; delete runs on backlog's claims; node: one csi-provisioner --node-deployment,"+
+		" run after every rep of the others since its background claims stay).")
 	fs.IntVar(&o.Claims, "claims", 500, "Claims per run (N).")
+	fs.IntVar(&o.BackgroundClaims, "background-claims", 20000, "node: claims of other nodes, each bound to a PV of its node, in the cluster before the instance starts.")
 	fs.IntVar(&o.Reps, "reps", 2, "Runs of each scenario per provisioner.")
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "Directory of the project's binaries (make build); empty: build them.")
 	fs.StringVar(&o.Compare, "compare", "", "Another csi-provisioner binary to run through the same scenarios, alternating with ours.")
 	fs.StringVar(&extra, "provisioner-args", "", "Extra flags for every provisioner run, space-separated.")
-	fs.StringVar(&o.ProfileDir, "profile-dir", "", "Save Go profiles of our provisioner's backlog runs here (CPU for 20 s from launch, heap at the end; --enable-pprof).")
+	fs.StringVar(&o.ProfileDir, "profile-dir", "", "Save Go profiles of our provisioner's backlog and node runs here (CPU for 20 s from launch, heap once all claims are Bound; --enable-pprof).")
 	fs.StringVar(&o.Out, "out", "", "Directory for the JSON of each run and table.md (default .cache/bench/<time>).")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -101,6 +106,9 @@ func parseFlags(args []string) (Options, error) {
 	}
 	if o.Claims < 1 || o.Reps < 1 {
 		return o, errors.New("--claims and --reps must be positive")
+	}
+	if o.BackgroundClaims < 0 {
+		return o, errors.New("--background-claims must not be negative")
 	}
 	if o.Compare != "" {
 		abs, err := filepath.Abs(o.Compare)
@@ -203,6 +211,14 @@ func (e *env) runRounds(ctx context.Context, contenders []string, report *Report
 			return err
 		}
 	}
+	record := func(results ...Result) {
+		for _, r := range results {
+			logger.Info("Run done", "scenario", r.Scenario, "scheduler", r.Scheduler, "contender", r.Contender, "nodes", r.Nodes,
+				"rep", r.Rep, "perSecond", round(r.PerSecond), "cpuSteadyMsPerVolume", round(r.CPUSteadyPerVolume),
+				"peakRssMB", round(r.PeakRSS), "failures", r.Failures)
+		}
+		report.Runs = append(report.Runs, results...)
+	}
 	for rep := 1; rep <= e.opts.Reps; rep++ {
 		for _, c := range contenders {
 			var results []Result
@@ -230,12 +246,18 @@ func (e *env) runRounds(ctx context.Context, contenders []string, report *Report
 				}
 				results = append(results, rs...)
 			}
-			for _, r := range results {
-				logger.Info("Run done", "scenario", r.Scenario, "scheduler", r.Scheduler, "contender", r.Contender, "nodes", r.Nodes,
-					"rep", r.Rep, "perSecond", round(r.PerSecond), "cpuSteadyMsPerVolume", round(r.CPUSteadyPerVolume),
-					"peakRssMB", round(r.PeakRSS), "failures", r.Failures)
+			record(results...)
+		}
+	}
+	// node runs after every rep of the others: its background claims stay
+	// in the cluster, and the others would run with them. Ours only.
+	if e.opts.has("node") {
+		for rep := 1; rep <= e.opts.Reps; rep++ {
+			r, err := e.runNode(ctx, rep)
+			if err != nil {
+				return fmt.Errorf("node, rep %d: %w", rep, err)
 			}
-			report.Runs = append(report.Runs, results...)
+			record(r)
 		}
 	}
 	return nil

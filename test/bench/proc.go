@@ -41,7 +41,13 @@ func cpuMillis(pid int) (float64, error) {
 
 // peakRSSMB returns the peak resident set size (VmHWM) of process pid in MB
 // (10^6 bytes).
-func peakRSSMB(pid int) (float64, error) {
+func peakRSSMB(pid int) (float64, error) { return statusMB(pid, "VmHWM") }
+
+// rssMB returns the current resident set size (VmRSS) of process pid in MB.
+func rssMB(pid int) (float64, error) { return statusMB(pid, "VmRSS") }
+
+// statusMB returns a field of /proc/<pid>/status given in kB, in MB.
+func statusMB(pid int, field string) (float64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -49,15 +55,15 @@ func peakRSSMB(pid int) (float64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status VmHWM %q: %w", pid, v, err)
+				return 0, fmt.Errorf("/proc/%d/status %s %q: %w", pid, field, v, err)
 			}
 			return kb * 1024 / 1e6, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status has no VmHWM", pid)
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
 // loadAverage returns the 1, 5 and 15 minute load averages.

@@ -65,6 +65,16 @@ var scenarioTitles = map[string]string{
 	"delete":  "Delete: the backlog's claims deleted, reclaim policy Delete, same process (figures per deleted PV)",
 	"burst":   "A burst: the provisioner runs at its defaults, then N claims are created at once",
 	"wffc":    "B WaitForFirstConsumer: N pod + claim pairs, capacity tracking on; stock kube-scheduler vs csi-topology-scheduler (plugin); figures per pod, latency create → scheduled",
+	"node": "Node deployment: one csi-provisioner --node-deployment (NODE_NAME one of the fake nodes, the DaemonSet's flags, a node-local mock driver) " +
+		"with %d claims of other nodes bound in the cluster; then N claims selected for its node are created at once",
+}
+
+// title is a scenario's heading in the table.
+func (r *Report) title(scenario string) string {
+	if scenario == "node" {
+		return fmt.Sprintf(scenarioTitles[scenario], r.Options.BackgroundClaims)
+	}
+	return scenarioTitles[scenario]
 }
 
 // group is the runs of one table row.
@@ -99,9 +109,9 @@ func (r *Report) Markdown() string {
 		if len(rows) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "\n### %s\n\n", scenarioTitles[scenario])
-		b.WriteString("| nodes | provisioner | per s | start → first s | start → all s | p50 s | p99 s | start-up s | CPU start-up ms | CPU steady ms/vol | CPU ms/vol (all) | peak RSS MB | requests/vol | Events during / after | sched CPU ms/pod | load | checks |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "\n### %s\n\n", r.title(scenario))
+		b.WriteString("| nodes | provisioner | per s | start → first s | start → all s | p50 s | p99 s | start-up s | CPU start-up ms | CPU steady ms/vol | CPU ms/vol (all) | peak RSS MB | RSS at sync MB | requests/vol | Events during / after | sched CPU ms/pod | load | checks |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, row := range rows {
 			b.WriteString(row)
 		}
@@ -173,6 +183,7 @@ var figures = []func(Result) float64{
 	func(r Result) float64 { return r.CPUSteadyPerVolume },
 	func(r Result) float64 { return r.CPUPerVolume },
 	func(r Result) float64 { return r.PeakRSS },
+	func(r Result) float64 { return r.RSSSynced },
 	func(r Result) float64 { return r.RequestsPerVolume },
 }
 

@@ -49,6 +49,8 @@ type Result struct {
 	CPUPerVolume       float64 `json:"cpuMsPerVolume"`
 	// PeakRSS is VmHWM at the end of the run, in MB.
 	PeakRSS float64 `json:"peakRssMB,omitempty"`
+	// RSSSynced is VmRSS when the informers had synced, in MB.
+	RSSSynced float64 `json:"rssSyncedMB,omitempty"`
 	// RSSAnon and RSSFile split the resident memory at the end of the run:
 	// anonymous (Go heap, stacks) and file-backed (the binary's pages).
 	RSSAnon float64 `json:"rssAnonMB,omitempty"`
@@ -64,6 +66,12 @@ type Result struct {
 	// Scheduler ("stock" or "plugin") and its CPU per pod, wffc only.
 	Scheduler          string  `json:"scheduler,omitempty"`
 	SchedulerCPUPerPod float64 `json:"schedulerCpuMsPerPod,omitempty"`
+	// BackgroundClaims (node) are the claims of other nodes in the
+	// cluster, each bound to a PV; BackgroundSetup is how long creating
+	// them and their PVs took until all were Bound, in seconds (0 when an
+	// earlier rep created them).
+	BackgroundClaims int     `json:"backgroundClaims,omitempty"`
+	BackgroundSetup  float64 `json:"backgroundSetupS,omitempty"`
 	// Failures lists the checks that failed; empty when all passed.
 	Failures []string `json:"failures"`
 }

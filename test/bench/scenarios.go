@@ -34,20 +34,33 @@ type launched struct {
 	start      time.Time
 	synced     time.Time
 	cpuSynced  float64
+	rssSynced  float64
 	contender  string
 	binaryPath string
 }
 
-// launch starts the contender's provisioner and waits until it logs that
-// its informers have synced.
+// launch starts the contender's provisioner as the lab's and waits until
+// it logs that its informers have synced.
 func (e *env) launch(ctx context.Context, contender string, o *observer, extra ...string) (*launched, error) {
-	l := &launched{contender: contender, binaryPath: e.provisionerBinary(contender)}
+	binary := e.provisionerBinary(contender)
 	args := append(append(append([]string(nil), commonArgs...), extra...), e.opts.ProvisionerArgs...)
+	return e.launchWith(ctx, contender, binary, o, func() (*controlplane.Process, error) {
+		if err := e.lab.StartProvisionerBinary(binary, args...); err != nil {
+			return nil, err
+		}
+		return e.lab.Provisioner(), nil
+	})
+}
+
+// launchWith starts a provisioner binary with start and waits until it
+// logs that its informers have synced; then it samples its CPU and RSS.
+func (e *env) launchWith(ctx context.Context, contender, binary string, o *observer, start func() (*controlplane.Process, error)) (*launched, error) {
+	l := &launched{contender: contender, binaryPath: binary}
 	l.start = time.Now()
-	if err := e.lab.StartProvisionerBinary(l.binaryPath, args...); err != nil {
+	var err error
+	if l.proc, err = start(); err != nil {
 		return nil, err
 	}
-	l.proc = e.lab.Provisioner()
 	o.setPid(l.proc.Pid())
 	deadline := time.Now().Add(runTimeout)
 	for {
@@ -56,6 +69,7 @@ func (e *env) launch(ctx context.Context, contender string, o *observer, extra .
 		} else if found {
 			l.synced = time.Now()
 			l.cpuSynced, _ = cpuMillis(l.proc.Pid())
+			l.rssSynced, _ = rssMB(l.proc.Pid())
 			return l, nil
 		}
 		if l.proc.Exited() {
@@ -205,7 +219,7 @@ func (e *env) finishCreate(ctx context.Context, r *Result, o *observer, l *launc
 	r.P50, r.P99 = latencies(created, o.bound, start)
 	r.CPUSteadyPerVolume = (o.cpuLastPV - o.cpuFirstPV) / float64(r.Volumes)
 	o.mu.Unlock()
-	r.Startup, r.CPUStartup = l.synced.Sub(l.start).Seconds(), l.cpuSynced
+	r.Startup, r.CPUStartup, r.RSSSynced = l.synced.Sub(l.start).Seconds(), l.cpuSynced, l.rssSynced
 	end, reqs, err := e.settle(ctx, start)
 	if err != nil {
 		r.Failures = append(r.Failures, "audit log: "+err.Error())
