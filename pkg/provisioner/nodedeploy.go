@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 )
@@ -43,6 +45,11 @@ type NodeDeployment struct {
 	// take an immediate-binding claim: random in [0, BaseDelay] at first,
 	// doubling after each lost race up to MaxDelay. Defaults 20s and 1m.
 	BaseDelay, MaxDelay time.Duration
+
+	// node is the node as a PV's node affinity sees it (name and
+	// Topology as labels), for the selector terms ownsVolume does not
+	// match itself; set by withDefaults.
+	node *v1.Node
 }
 
 func (n *NodeDeployment) withDefaults() *NodeDeployment {
@@ -59,6 +66,7 @@ func (n *NodeDeployment) withDefaults() *NodeDeployment {
 	if c.MaxDelay < c.BaseDelay {
 		c.MaxDelay = c.BaseDelay
 	}
+	c.node = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.NodeName, Labels: c.Topology}}
 	return &c
 }
 
@@ -72,16 +80,70 @@ func (n *NodeDeployment) ownsClaim(obj any) bool {
 	return ok && c.Annotations[annSelectedNode] == n.NodeName
 }
 
-// ownsVolume reports whether a PV's volume is on this node: its node
-// affinity admits the node's topology (a PV without node affinity is
-// reachable from everywhere, as upstream has it). Without node deployment
-// every PV is.
+// ownsVolume reports whether a PV's volume is on this node: its required
+// node affinity admits the node's topology (a PV without one is reachable
+// from everywhere, as upstream has it). Without node deployment every PV
+// is. It runs for every PV event of the cluster, so the usual expressions
+// are matched here without allocating; other terms go to the scheduler's
+// own matcher.
 func (n *NodeDeployment) ownsVolume(obj any) bool {
 	if n == nil {
 		return true
 	}
 	pv, ok := obj.(*v1.PersistentVolume)
-	return ok && accessibleFrom(affinityTopologies(pv), &v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: n.Topology}})
+	if !ok {
+		return false
+	}
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return true
+	}
+	for i := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		if n.admits(&pv.Spec.NodeAffinity.Required.NodeSelectorTerms[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// admits reports whether one node selector term (expressions ANDed) admits
+// the node; a term without requirements admits nothing, as in
+// kube-scheduler.
+func (n *NodeDeployment) admits(t *v1.NodeSelectorTerm) bool {
+	if len(t.MatchFields) > 0 {
+		return n.admitsSlowly(t)
+	}
+	if len(t.MatchExpressions) == 0 {
+		return false
+	}
+	for _, e := range t.MatchExpressions {
+		v, has := n.Topology[e.Key]
+		switch e.Operator {
+		case v1.NodeSelectorOpIn:
+			if !has || !slices.Contains(e.Values, v) {
+				return false
+			}
+		case v1.NodeSelectorOpNotIn:
+			if has && slices.Contains(e.Values, v) {
+				return false
+			}
+		case v1.NodeSelectorOpExists:
+			if !has {
+				return false
+			}
+		case v1.NodeSelectorOpDoesNotExist:
+			if has {
+				return false
+			}
+		default: // Gt, Lt
+			return n.admitsSlowly(t)
+		}
+	}
+	return true
+}
+
+func (n *NodeDeployment) admitsSlowly(t *v1.NodeSelectorTerm) bool {
+	ok, err := corev1helpers.MatchNodeSelectorTerms(n.node, &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{*t}})
+	return err == nil && ok
 }
 
 // scoped wraps the handlers given to the library so that it sees only the
@@ -178,16 +240,25 @@ func (p *Provisioner) beforeHandBack(ctx context.Context, opts controller.Provis
 	return controller.ProvisioningReschedule, err
 }
 
-// trimForCache is TrimForCache for a node's instance: besides, a claim
-// that is another node's (selected for it, or bound without being this
-// node's) is cached as a stub with what the instance's consumers read of
-// it: the selected node, the class, the bound volume, the data source (the
-// source protection counts pending clones cluster-wide), the finalizers
-// and the deletion mark. Every node's instance caches every claim of the
-// cluster, so the stub is what a claim costs it. An update that selects
-// this node brings the whole claim again.
+// trimForCache is TrimForCache for a node's instance: besides, the claims
+// and PVs of other nodes are cached as stubs with what the instance's
+// consumers read of them. Every node's instance caches every claim and PV
+// of the cluster, so the stubs are what they cost it.
+//
+//   - A claim selected for another node, or bound without being this
+//     node's, keeps the selected node, the class, the bound volume, the
+//     data source (the source protection counts pending clones
+//     cluster-wide), the finalizers and the deletion mark. An update that
+//     selects this node brings the whole claim again.
+//   - A PV whose node affinity does not admit this node keeps its driver
+//     and handle, claim reference, class, reclaim policy, volume mode,
+//     node affinity, phase, finalizers and deletion mark (what a clone or
+//     restore reads of its source's PV).
 func (n *NodeDeployment) trimForCache(obj any) (any, error) {
 	obj, err := TrimForCache(obj)
+	if pv, ok := obj.(*v1.PersistentVolume); ok && err == nil && !n.ownsVolume(pv) {
+		return pvStub(pv), nil
+	}
 	c, ok := obj.(*v1.PersistentVolumeClaim)
 	if err != nil || !ok {
 		return obj, err
@@ -207,4 +278,19 @@ func (n *NodeDeployment) trimForCache(obj any) (any, error) {
 		stub.Annotations = map[string]string{annSelectedNode: selected}
 	}
 	return stub, nil
+}
+
+func pvStub(pv *v1.PersistentVolume) *v1.PersistentVolume {
+	stub := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pv.Name, UID: pv.UID, ResourceVersion: pv.ResourceVersion,
+			DeletionTimestamp: pv.DeletionTimestamp, Finalizers: pv.Finalizers},
+		Spec: v1.PersistentVolumeSpec{ClaimRef: pv.Spec.ClaimRef, StorageClassName: pv.Spec.StorageClassName,
+			PersistentVolumeReclaimPolicy: pv.Spec.PersistentVolumeReclaimPolicy, VolumeMode: pv.Spec.VolumeMode,
+			NodeAffinity: pv.Spec.NodeAffinity},
+		Status: v1.PersistentVolumeStatus{Phase: pv.Status.Phase},
+	}
+	if pv.Spec.CSI != nil {
+		stub.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: pv.Spec.CSI.Driver, VolumeHandle: pv.Spec.CSI.VolumeHandle}
+	}
+	return stub
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,8 +23,16 @@ import (
 
 // n1Deployment is the instance of node n1 (zone z1) of threeZones.
 func n1Deployment() *NodeDeployment {
-	return &NodeDeployment{NodeName: "n1", Topology: map[string]string{zoneKey: "z1"}, ImmediateBinding: true,
-		BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond}
+	return (&NodeDeployment{NodeName: "n1", Topology: map[string]string{zoneKey: "z1"}, ImmediateBinding: true,
+		BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond}).withDefaults()
+}
+
+// pvWithTerm is a PV whose required node affinity is the one term of
+// these expressions.
+func pvWithTerm(exprs ...v1.NodeSelectorRequirement) *v1.PersistentVolume {
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}}
+	pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: exprs}}}}
+	return pv
 }
 
 func pvWithZones(zones ...string) *v1.PersistentVolume {
@@ -58,6 +67,25 @@ func TestNodeDeploymentScope(t *testing.T) {
 		{name: "PV reachable from several segments, this one among them", nd: nd, obj: pvWithZones("z2", "z1"), wantPV: true},
 		{name: "PV of another segment", nd: nd, obj: pvWithZones("z2")},
 		{name: "PV without node affinity (reachable everywhere, as upstream)", nd: nd, obj: pvWithZones(), wantPV: true},
+		{name: "PV of several zones in one expression, this one among them", nd: nd,
+			obj: pvWithTerm(v1.NodeSelectorRequirement{Key: zoneKey, Operator: v1.NodeSelectorOpIn, Values: []string{"z2", "z1"}}), wantPV: true},
+		{name: "PV of several zones in one expression, not this one", nd: nd,
+			obj: pvWithTerm(v1.NodeSelectorRequirement{Key: zoneKey, Operator: v1.NodeSelectorOpIn, Values: []string{"z2", "z3"}})},
+		{name: "PV of every zone but this one", nd: nd,
+			obj: pvWithTerm(v1.NodeSelectorRequirement{Key: zoneKey, Operator: v1.NodeSelectorOpNotIn, Values: []string{"z1"}})},
+		{name: "PV needing a label this node lacks", nd: nd,
+			obj: pvWithTerm(v1.NodeSelectorRequirement{Key: zoneKey, Operator: v1.NodeSelectorOpIn, Values: []string{"z1"}},
+				v1.NodeSelectorRequirement{Key: "example.com/rack", Operator: v1.NodeSelectorOpExists})},
+		{name: "PV term with no requirements admits nothing", nd: nd, obj: pvWithTerm()},
+		{name: "PV matching the node by name (matchFields, the scheduler's matcher)", nd: nd, obj: func() *v1.PersistentVolume {
+			pv := pvWithTerm()
+			pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchFields = []v1.NodeSelectorRequirement{
+				{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"n1"}}}
+			return pv
+		}(), wantPV: true},
+		{name: "PV with a numeric comparison (the scheduler's matcher)", nd: (&NodeDeployment{NodeName: "n1",
+			Topology: map[string]string{"example.com/gen": "5"}}).withDefaults(),
+			obj: pvWithTerm(v1.NodeSelectorRequirement{Key: "example.com/gen", Operator: v1.NodeSelectorOpGt, Values: []string{"3"}}), wantPV: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -293,5 +321,39 @@ func TestNodeDeploymentTrimsForeignClaims(t *testing.T) {
 				t.Errorf("trimmed claim lost what the instance reads: %+v", got)
 			}
 		})
+	}
+}
+
+// A node's instance caches other nodes' PVs as stubs, its own whole.
+func TestNodeDeploymentTrimsForeignPVs(t *testing.T) {
+	nd := n1Deployment()
+	full := func(zone string) *v1.PersistentVolume {
+		pv := pvWithZones(zone)
+		pv.Annotations = map[string]string{"pv.kubernetes.io/provisioned-by": testDriver}
+		pv.Spec.Capacity = v1.ResourceList{v1.ResourceStorage: *resourceQuantity(gi)}
+		pv.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: "vol-1", VolumeAttributes: map[string]string{"a": "b"}}
+		pv.Spec.ClaimRef = &v1.ObjectReference{Namespace: "apps", Name: "data", UID: "uid-data"}
+		pv.Status.Phase = v1.VolumeBound
+		return pv
+	}
+	own, err := nd.trimForCache(full("z1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(full("z1"), own); diff != "" {
+		t.Errorf("own PV changed (-want +got):\n%s", diff)
+	}
+	got, err := nd.trimForCache(full("z2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub := got.(*v1.PersistentVolume)
+	want := full("z2")
+	if stub.Annotations != nil || stub.Spec.Capacity != nil || stub.Spec.CSI.VolumeAttributes != nil {
+		t.Errorf("stub keeps what no consumer reads: %+v", stub)
+	}
+	if stub.Spec.CSI.VolumeHandle != "vol-1" || stub.Spec.ClaimRef.UID != "uid-data" || stub.Status.Phase != v1.VolumeBound ||
+		!cmp.Equal(stub.Spec.NodeAffinity, want.Spec.NodeAffinity) || nd.ownsVolume(stub) {
+		t.Errorf("stub lost what the instance reads: %+v", stub)
 	}
 }
