@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	storagev1client "k8s.io/client-go/kubernetes/typed/storage/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/klog/v2"
 
@@ -91,12 +93,11 @@ type CapacityPublisher struct {
 	// resync asks for a full sync (a class came or went); one pending
 	// request stands for any number.
 	resync chan struct{}
-	// objLocks holds a mutex per object name: a refresh asks GetCapacity
-	// and writes the object under it, so that concurrent refreshes of one
-	// segment (provisions finishing together) write in the order they
-	// asked, the last with the freshest figure.
-	objLocks sync.Map
-	metrics  *Metrics
+	// objects holds an *objectRefresh per object name; asks numbers the
+	// refresh requests (see syncOne).
+	objects sync.Map
+	asks    atomic.Uint64
+	metrics *Metrics
 }
 
 // NewCapacityPublisher returns a CapacityPublisher; capacities lists the
@@ -250,6 +251,7 @@ func (p *CapacityPublisher) sync(ctx context.Context, only string) ([]*storagev1
 		}
 		key := capacityKey{topology.Segment(sel).String(), obj.StorageClassName}
 		if _, ok := desired[key]; !ok && only == "" {
+			p.objects.Delete(obj.Name)
 			err := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{})
 			p.metrics.observeCapacityWrite("delete", err)
 			if err != nil {
@@ -282,6 +284,26 @@ func (p *CapacityPublisher) sync(ctx context.Context, only string) ([]*storagev1
 	return out, firstErr
 }
 
+// objectRefresh serialises the refreshes of one capacity object and lets
+// refreshes asked for while another ran share the next one's figure.
+type objectRefresh struct {
+	mu sync.Mutex
+	// started is the ask number current when the last completed refresh
+	// called GetCapacity; written is what it left in the API.
+	started uint64
+	written *storagev1.CSIStorageCapacity
+}
+
+// syncOne refreshes one object: GetCapacity, then a create or an update
+// when the figure changed. Refreshes of one object run one at a time, so
+// that provisions finishing together do not write over each other's newer
+// figure or conflict. A refresh asked for before another one began its
+// GetCapacity is answered by that one (its figure counts the asker's
+// volume): a burst of N provisions in one segment costs about two
+// GetCapacity calls and writes per object, not N, which matters under the
+// capacity client's rate limit. The object last written is kept, so an
+// update does not start from an informer copy that has not seen our own
+// last write yet.
 func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, class *storagev1.StorageClass, cur *storagev1.CSIStorageCapacity) (*storagev1.CSIStorageCapacity, error) {
 	params, err := parseClassParameters(class.Parameters)
 	if err != nil {
@@ -289,9 +311,31 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	}
 	csc := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace)
 	name := capacityName(p.cfg.DriverName, seg.String(), class.Name)
-	mu, _ := p.objLocks.LoadOrStore(name, &sync.Mutex{})
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
+	asked := p.asks.Add(1)
+	v, _ := p.objects.LoadOrStore(name, &objectRefresh{})
+	st := v.(*objectRefresh)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.written != nil && st.started > asked {
+		return st.written, nil
+	}
+	if st.written != nil && (cur == nil || cur.ResourceVersion != st.written.ResourceVersion) {
+		cur = st.written
+	}
+	st.started = p.asks.Add(1)
+	written, err := p.write(ctx, csc, name, seg, class, params, cur)
+	if err == nil && written != nil {
+		st.written = written
+	} else {
+		st.written = nil // read the informer's copy next time
+	}
+	return written, err
+}
+
+// write asks the driver for the segment's capacity for the class and
+// creates or updates the object (cur, nil when there is none) with it.
+func (p *CapacityPublisher) write(ctx context.Context, csc storagev1client.CSIStorageCapacityInterface, name string, seg topology.Segment,
+	class *storagev1.StorageClass, params classParameters, cur *storagev1.CSIStorageCapacity) (*storagev1.CSIStorageCapacity, error) {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	resp, err := p.csi.GetCapacity(cctx, &csi.GetCapacityRequest{
 		Parameters:         params.driver,
@@ -305,10 +349,6 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	var maxSize *resource.Quantity
 	if m := resp.GetMaximumVolumeSize(); m != nil {
 		maxSize = resource.NewQuantity(m.GetValue(), resource.BinarySI)
-	}
-	if latest, err := p.capacities.CSIStorageCapacities(p.cfg.Namespace).Get(name); err == nil && cur != nil &&
-		latest.ResourceVersion != cur.ResourceVersion {
-		cur = latest // the informer has seen a write made while this refresh waited for the lock
 	}
 	if cur == nil {
 		obj := &storagev1.CSIStorageCapacity{
@@ -343,7 +383,7 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	updated, err := csc.Update(ctx, upd, metav1.UpdateOptions{})
 	p.metrics.observeCapacityWrite("update", err)
 	if apierrors.IsConflict(err) {
-		// Our own earlier write has not reached the informer yet: write
+		// Another writer (an earlier process of ours, a user): write
 		// over the object as the API has it (one GET, rare).
 		if cur, err = csc.Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return nil, err

@@ -274,3 +274,37 @@ func TestCapacityRefreshConflict(t *testing.T) {
 		t.Error("no update reached the API")
 	}
 }
+
+// A burst of provisions in one segment (here 20 refreshes at once) costs
+// about two GetCapacity calls and writes of the object, not one each: a
+// refresh asked for while another ran is answered by the next one, whose
+// figure counts its volume.
+func TestCapacityRefreshCoalesces(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	mock, csiClient := startMock(t, ctx, nil)
+	counting := &countingCapacity{CapacityClient: csiClient, delay: 20 * time.Millisecond}
+	pe := newPublisherEnv(t, CapacityConfig{}, counting, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	pe.start(ctx, t)
+	if err := pe.p.Sync(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := mock.SetCapacity(map[string]string{"zone": "z1"}, 3*gi); err != nil {
+		t.Fatal(err)
+	}
+	counting.take()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if _, err := pe.p.Refresh(ctx, zoneTopo("z1"), "wffc"); err != nil {
+				t.Errorf("Refresh: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := len(counting.take()); got > 3 {
+		t.Errorf("20 refreshes at once made %d GetCapacity calls, want at most 3", got)
+	}
+	if got := capacities(t, ctx, pe.client, "wffc")["z1"]; got != 3*gi {
+		t.Errorf("z1 capacity = %d, want %d", got, 3*gi)
+	}
+}

@@ -17,9 +17,10 @@ import (
 )
 
 // countingCapacity records the zone and parameters of every GetCapacity
-// call.
+// call; each call takes delay more (as a real driver's takes a while).
 type countingCapacity struct {
 	CapacityClient
+	delay  time.Duration
 	mu     sync.Mutex
 	zones  []string
 	params []map[string]string
@@ -30,6 +31,7 @@ func (c *countingCapacity) GetCapacity(ctx context.Context, in *csi.GetCapacityR
 	c.zones = append(c.zones, in.GetAccessibleTopology().GetSegments()[zoneKey])
 	c.params = append(c.params, in.GetParameters())
 	c.mu.Unlock()
+	time.Sleep(c.delay)
 	return c.CapacityClient.GetCapacity(ctx, in, opts...)
 }
 
