@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"sigs.k8s.io/yaml"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
@@ -117,7 +118,7 @@ func TestNodeDeploymentFlags(t *testing.T) {
 			c, _, err := parseArgs(tc.args, io.Discard)
 			checkErr(t, err, tc.wantErr)
 			if err == nil && c.nodeDeployment {
-				if diff := cmp.Diff(tc.want, c.node); diff != "" {
+				if diff := cmp.Diff(tc.want, c.node, cmpopts.IgnoreUnexported(provisioner.NodeDeployment{})); diff != "" {
 					t.Errorf("node deployment (-want +got):\n%s", diff)
 				}
 			}
