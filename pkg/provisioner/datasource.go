@@ -184,7 +184,11 @@ func (p *Provisioner) cloneSource(claim *v1.PersistentVolumeClaim, name string) 
 	if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != source.UID || ref.Name != source.Name || ref.Namespace != source.Namespace {
 		return nil, refused("the volume %q of the source claim %s is bound to another claim", pv.Name, src)
 	}
-	if pv.Status.Phase != v1.VolumeBound {
+	// The source claim is Bound and the PV names it: the binding is
+	// settled. The PV's own phase may lag behind in the informer (it was
+	// seen at "" for minutes on a loaded machine), so only a PV that has
+	// left its claim refuses.
+	if pv.Status.Phase == v1.VolumeReleased || pv.Status.Phase == v1.VolumeFailed {
 		return nil, refused("the volume %q of the source claim %s is %q, not Bound", pv.Name, src, pv.Status.Phase)
 	}
 	if got, srcMode := volumeMode(claim.Spec.VolumeMode), volumeMode(pv.Spec.VolumeMode); got != srcMode {

@@ -150,6 +150,9 @@ func TestCloneRefusals(t *testing.T) {
 			pv.Spec.ClaimRef.UID = "someone-else"
 		}, wantErr: "is bound to another claim"},
 		{name: "volume mode differs", size: "1Gi", mode: &block, wantErr: "asks for volume mode Filesystem but its source claim PersistentVolumeClaim \"apps/src\" is Block"},
+		{name: "source volume released", size: "1Gi", mutate: func(_ *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) {
+			pv.Status.Phase = v1.VolumeReleased
+		}, wantErr: `is "Released", not Bound`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src, pv := boundSource(tc.size, testDriver, "z1", tc.mode)
