@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -385,18 +383,5 @@ func pvNode(pv *v1.PersistentVolume) string {
 
 // volumes lists the node-local driver's volumes (its admin endpoint).
 func (n *nodeLocal) volumes(ctx context.Context, out *[]state.Volume) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.adminURL+"/volumes", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /volumes: %s %s", resp.Status, data)
-	}
-	return json.Unmarshal(data, out)
+	return lab.AdminCall(ctx, n.adminURL, http.MethodGet, "/volumes", nil, out)
 }

@@ -454,13 +454,13 @@ func (l *Lab) SetFaults(ctx context.Context, rules []faults.Rule) error {
 }
 
 func (l *Lab) admin(ctx context.Context, method, path string, in, out any) error {
-	return adminCall(ctx, l.AdminURL, method, path, in, out)
+	return AdminCall(ctx, l.AdminURL, method, path, in, out)
 }
 
-// adminCall calls a mock driver's admin endpoint at base (http://host:port):
+// AdminCall calls a mock driver's admin endpoint at base (http://host:port):
 // in, when not nil, is sent as JSON and the answer decoded into out, when
 // not nil.
-func adminCall(ctx context.Context, base, method, path string, in, out any) error {
+func AdminCall(ctx context.Context, base, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		data, err := json.Marshal(in)

@@ -336,7 +336,7 @@ func (nl *NodeLocalLab) nodeAdmin(ctx context.Context, node, method, path string
 	if n == nil {
 		return fmt.Errorf("the lab has no node %q", node)
 	}
-	return adminCall(ctx, n.AdminURL, method, path, in, out)
+	return AdminCall(ctx, n.AdminURL, method, path, in, out)
 }
 
 // PublishedCapacity returns the CSIStorageCapacity objects of class in
