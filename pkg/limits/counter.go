@@ -89,10 +89,15 @@ func (u Usage) Total() int { return u.Attached + u.Pending }
 type Counter struct {
 	driver string
 	s      Stores
+	// allocatable is the Node allocatable resource of the driver's attach
+	// limit (attachable-volumes-csi-<driver>).
+	allocatable v1.ResourceName
 }
 
 // NewCounter returns a Counter for driver over s.
-func NewCounter(driver string, s Stores) *Counter { return &Counter{driver: driver, s: s} }
+func NewCounter(driver string, s Stores) *Counter {
+	return &Counter{driver: driver, s: s, allocatable: v1.ResourceName("attachable-volumes-csi-" + driver)}
+}
 
 // Count returns the node's usage.
 func (c *Counter) Count(node string) (Usage, error) {
@@ -224,7 +229,7 @@ func (c *Counter) Limit(node string) (*int64, error) {
 		return nil, apierrors.NewNotFound(v1.Resource("nodes"), node)
 	}
 	n, _ := obj.(*v1.Node)
-	if q, ok := n.Status.Allocatable[v1.ResourceName("attachable-volumes-csi-"+c.driver)]; ok {
+	if q, ok := n.Status.Allocatable[c.allocatable]; ok {
 		v := q.Value()
 		return &v, nil
 	}

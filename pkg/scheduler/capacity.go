@@ -124,6 +124,25 @@ func (i indexedCapacities) Capacity(class string, nodeLabels map[string]string) 
 	return out, true
 }
 
+// KeySets implements KeySetSource.
+func (i indexedCapacities) KeySets(class string) ([][]string, bool) {
+	prefix := class + "\x00"
+	var sets [][]string
+	for _, v := range i.idx.ListIndexFuncValues(CapacityKeySets) {
+		keys, ok := strings.CutPrefix(v, prefix)
+		if !ok {
+			continue
+		}
+		var set []string // none: an empty selector matches every node
+		if keys != "" {
+			set = strings.Split(keys, ",")
+		}
+		sets = append(sets, set)
+	}
+	exprs, _ := i.idx.IndexKeys(CapacitiesByExpression, class)
+	return sets, len(exprs) > 0
+}
+
 // better orders matching objects: the largest capacity wins (as
 // VolumeBinding, any object that fits will do), then the smallest
 // namespace/name.

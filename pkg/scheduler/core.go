@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -85,6 +86,8 @@ type Core struct {
 	counter *limits.Counter
 	ledger  *Ledger
 	now     func() time.Time
+	// segments caches each node's segment (segments.go).
+	segments nodeSegments
 }
 
 // New returns a Core; counter may be nil (no attach-limit check).
@@ -144,7 +147,9 @@ type PendingClaim struct {
 }
 
 // PodVolumes are the volumes of the driver a pod uses. Computed once per
-// scheduling cycle (PreFilter) and read concurrently by Filter and Score.
+// scheduling cycle (PreFilter) and read concurrently by Filter and Score;
+// valid for that cycle only: the capacity and reservations of a segment
+// are read once, by the first Filter or Score of one of its nodes.
 type PodVolumes struct {
 	// Pod is the pod's "namespace/name".
 	Pod string
@@ -153,10 +158,16 @@ type PodVolumes struct {
 	Pending []PendingClaim
 	// Bound are the PVs of the driver the pod's bound claims use.
 	Bound []*v1.PersistentVolume
-	// perClass sums the pending requests by class.
+	// perClass sums the pending requests by class; classes are its keys,
+	// sorted.
 	perClass map[string]int64
+	classes  []string
 	// own are the UIDs of the pending claims.
 	own []types.UID
+	// views are the pod's capacity views by segment, shared by Filter and
+	// Score when scope allows (segments.go).
+	views sync.Map
+	scope segmentScope
 }
 
 // ErrClaimNotFound is returned when a pod uses a claim that does not exist.
@@ -203,6 +214,10 @@ func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
 	if pv == nil || (len(pv.Pending) == 0 && len(pv.Bound) == 0) {
 		return nil, nil
 	}
+	for class := range pv.perClass {
+		pv.classes = append(pv.classes, class)
+	}
+	sort.Strings(pv.classes)
 	return pv, nil
 }
 
@@ -220,32 +235,14 @@ func usedBefore(vols []v1.Volume, claim string) bool {
 // driverKeys returns the driver's topology keys on the node, or a Status
 // when the driver is not registered there.
 func (c *Core) driverKeys(node *v1.Node) ([]string, *Status) {
-	csiNode, err := c.l.CSINodes.Get(node.Name)
-	if err != nil {
-		csiNode = nil
-	}
-	keys, err := topology.DriverKeys(csiNode, c.cfg.Driver)
-	if err != nil {
-		return nil, unresolvable(ReasonDriverNotRegistered, "CSI driver %s is not registered on node %s", c.cfg.Driver, node.Name)
-	}
-	return keys, nil
+	ns := c.nodeSegment(node)
+	return ns.keys, ns.st
 }
 
 // segment returns the node's segment key for the driver, or a Status.
 func (c *Core) segment(node *v1.Node) (string, *Status) {
-	keys, st := c.driverKeys(node)
-	if st != nil {
-		return "", st
-	}
-	seg := topology.Segment{}
-	for _, k := range keys {
-		v, ok := node.Labels[k]
-		if !ok {
-			return "", unresolvable(ReasonTopologyLabelMissing, "node %s has no label %s", node.Name, k)
-		}
-		seg[k] = v
-	}
-	return seg.String(), nil
+	ns := c.nodeSegment(node)
+	return ns.seg, ns.st
 }
 
 // Filter says whether the pod's volumes can be provisioned and attached on
@@ -268,9 +265,9 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 		}
 		return c.filterLimit(pv, node)
 	}
-	seg, st := c.segment(node)
-	if st != nil {
-		return st
+	ns := c.nodeSegment(node)
+	if ns.st != nil {
+		return ns.st
 	}
 	if st := c.filterLiveness(node.Name); st != nil {
 		return st
@@ -286,32 +283,16 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 	if st := c.filterLimit(pv, node); st != nil {
 		return st
 	}
-	return c.filterCapacity(pv, node, seg)
+	return c.filterCapacity(pv, node, ns)
 }
 
-func (c *Core) filterCapacity(pv *PodVolumes, node *v1.Node, seg string) *Status {
+// filterCapacity checks the pod's pending claims against the capacity of
+// the node's segment, minus the reservations in flight there.
+func (c *Core) filterCapacity(pv *PodVolumes, node *v1.Node, ns *nodeSegment) *Status {
 	if c.l.Capacities == nil {
 		return nil
 	}
-	for _, class := range sortedKeys(pv.perClass) {
-		capa, known := c.l.Capacities.Capacity(class, node.Labels)
-		if !known {
-			continue // no capacity information: not checked
-		}
-		for _, p := range pv.Pending {
-			if p.Class.Name == class && capa.MaxVolume != nil && p.Bytes > *capa.MaxVolume {
-				return unresolvable(ReasonInsufficientCapacity, "claim %s needs %d bytes, above the largest volume (%d) of class %s in segment %s",
-					p.Claim.Name, p.Bytes, *capa.MaxVolume, class, seg)
-			}
-		}
-		need := pv.perClass[class]
-		reserved := c.ledger.Reserved(seg, class, pv.own)
-		if need+reserved > capa.Free {
-			return unresolvable(ReasonInsufficientCapacity, "segment %s has %d bytes free for class %s, %d reserved in flight; the pod needs %d",
-				seg, capa.Free, class, reserved, need)
-		}
-	}
-	return nil
+	return c.capacityView(pv, node, ns).st
 }
 
 // Reserve records the pod's pending claims in the node's segment.
@@ -395,13 +376,4 @@ func (c *Core) ObserveClaim(claim *v1.PersistentVolumeClaim, node *v1.Node) {
 	size := claim.Spec.Resources.Requests[v1.ResourceStorage]
 	key := claim.Namespace + "/" + claim.Name
 	c.ledger.Reserve(Request{UID: claim.UID, Claim: key, Pod: key, Node: node.Name, Segment: seg, Class: class.Name, Bytes: size.Value()})
-}
-
-func sortedKeys(m map[string]int64) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -234,6 +234,16 @@ func TestReservationsAndScore(t *testing.T) {
 	c := w.core(t, func() time.Time { return now })
 	a, _ := c.PodVolumes(pod("pa", "a"))
 	b, _ := c.PodVolumes(pod("pb", "b"))
+	// Each scheduling cycle computes the pod's volumes anew: what Filter
+	// reads of the reservations in flight is fixed for one cycle.
+	cycle := func(p *v1.Pod) *PodVolumes {
+		t.Helper()
+		pv, err := c.PodVolumes(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pv
+	}
 	if st := c.Filter(b, node("n1", "z1")); st != nil {
 		t.Fatalf("b alone: %v", st)
 	}
@@ -242,19 +252,19 @@ func TestReservationsAndScore(t *testing.T) {
 	}
 	c.Reserve(a, node("n1", "z1"))
 	c.Reserve(a, node("n1", "z1")) // idempotent
-	if st := c.Filter(b, node("n1", "z1")); st == nil || st.Reason != ReasonInsufficientCapacity {
+	if st := c.Filter(cycle(pod("pb", "b")), node("n1", "z1")); st == nil || st.Reason != ReasonInsufficientCapacity {
 		t.Errorf("b after a's reservation: %v, want InsufficientCapacity", st)
 	}
-	if st := c.Filter(a, node("n1", "z1")); st != nil {
+	if st := c.Filter(cycle(pod("pa", "a")), node("n1", "z1")); st != nil {
 		t.Errorf("a's own reservation counts against it: %v", st)
 	}
 	c.Unreserve(a)
-	if st := c.Filter(b, node("n1", "z1")); st != nil {
+	if st := c.Filter(cycle(pod("pb", "b")), node("n1", "z1")); st != nil {
 		t.Errorf("b after a's unreserve: %v", st)
 	}
 	c.Reserve(a, node("n1", "z1"))
 	now = now.Add(6 * time.Minute)
-	if st := c.Filter(b, node("n1", "z1")); st != nil || c.Ledger().Len() != 0 {
+	if st := c.Filter(cycle(pod("pb", "b")), node("n1", "z1")); st != nil || c.Ledger().Len() != 0 {
 		t.Errorf("b after a's reservation expired: %v, %d reservations", st, c.Ledger().Len())
 	}
 	c.Reserve(a, node("n1", "z1"))

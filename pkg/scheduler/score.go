@@ -61,23 +61,11 @@ func (c *Core) capacityScore(pv *PodVolumes, node *v1.Node) float64 {
 	if len(pv.Pending) == 0 || c.l.Capacities == nil {
 		return 0
 	}
-	seg, st := c.segment(node)
-	if st != nil {
+	ns := c.nodeSegment(node)
+	if ns.st != nil {
 		return 0
 	}
-	var sum float64
-	for _, class := range sortedKeys(pv.perClass) {
-		capa, known := c.l.Capacities.Capacity(class, node.Labels)
-		if !known || capa.Free <= 0 {
-			continue
-		}
-		left := capa.Free - c.ledger.Reserved(seg, class, pv.own) - pv.perClass[class]
-		if left < 0 {
-			left = 0
-		}
-		sum += float64(left) / float64(capa.Free)
-	}
-	return sum / float64(len(pv.perClass)) // not empty: the pod has pending claims
+	return c.capacityView(pv, node, ns).score
 }
 
 // headroomScore is the fraction (0..1) of the node's attach limit left free

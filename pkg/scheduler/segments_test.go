@@ -1,0 +1,185 @@
+package scheduler
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestNodeSegmentFollowsObjects: a node's cached segment is used while its
+// Node and CSINode are the same objects, and recomputed as soon as either
+// is replaced (an informer update).
+func TestNodeSegmentFollowsObjects(t *testing.T) {
+	w := newWorld(t)
+	withCounterIndexes(t, w)
+	w.add(t, w.classes, class("fast"))
+	n1 := node("n1", "z1")
+	w.add(t, w.nodes, n1)
+	w.add(t, w.csiNodes, csiNode("n1", nil, driver))
+	w.add(t, w.capacities, capacity("fast", "z1", 10*gi), capacity("fast", "z2", gi))
+	w.add(t, w.claims, claim("a", "fast", 4*gi))
+	c := w.core(t, nil)
+	filter := func(n *v1.Node) *Status {
+		t.Helper()
+		pv, err := c.PodVolumes(pod("p", "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Filter(pv, n)
+	}
+
+	if st := filter(n1); st != nil {
+		t.Fatalf("z1 with 10 Gi free: %v", st)
+	}
+	if a, b := c.nodeSegment(n1), c.nodeSegment(n1); a != b || a.seg != topologySegment("z1") {
+		t.Fatalf("same objects: entries %p and %p, segment %q", a, b, a.seg)
+	}
+
+	// The node moves to z2 (1 Gi free): a new Node object.
+	moved := node("n1", "z2")
+	if err := w.nodes.Update(moved); err != nil {
+		t.Fatal(err)
+	}
+	if st := filter(moved); st == nil || st.Reason != ReasonInsufficientCapacity || !strings.Contains(st.Message, topologySegment("z2")) {
+		t.Errorf("node moved to z2: %v, want InsufficientCapacity in %s", st, topologySegment("z2"))
+	}
+
+	// The driver is unregistered: a new CSINode object, same Node.
+	if err := w.csiNodes.Update(csiNode("n1", nil, "other.example.com")); err != nil {
+		t.Fatal(err)
+	}
+	if st := filter(moved); st == nil || st.Reason != ReasonDriverNotRegistered {
+		t.Errorf("driver gone from the CSINode: %v, want %s", st, ReasonDriverNotRegistered)
+	}
+
+	// Registered again with a key the node has no label for.
+	cn := csiNode("n1", nil, driver)
+	cn.Spec.Drivers[0].TopologyKeys = []string{"example.com/rack"}
+	if err := w.csiNodes.Update(cn); err != nil {
+		t.Fatal(err)
+	}
+	if st := filter(moved); st == nil || st.Reason != ReasonTopologyLabelMissing {
+		t.Errorf("driver key without a node label: %v, want %s", st, ReasonTopologyLabelMissing)
+	}
+}
+
+// countingCapacities counts the lookups of a CapacitySource and passes on
+// its KeySets when it has them.
+type countingCapacities struct {
+	CapacitySource
+	calls atomic.Int64
+}
+
+func (c *countingCapacities) Capacity(class string, labels map[string]string) (Capacity, bool) {
+	c.calls.Add(1)
+	return c.CapacitySource.Capacity(class, labels)
+}
+
+func (c *countingCapacities) KeySets(class string) ([][]string, bool) {
+	return c.CapacitySource.(KeySetSource).KeySets(class)
+}
+
+// TestCapacityViewPerSegment: in one cycle, the nodes of a segment share
+// one lookup of each class's capacity, for Filter and Score alike.
+func TestCapacityViewPerSegment(t *testing.T) {
+	w := newWorld(t)
+	withCounterIndexes(t, w)
+	w.add(t, w.classes, class("fast"), class("slow"))
+	var nodes []*v1.Node
+	for i := 0; i < 12; i++ {
+		n := node(fmt.Sprintf("n%d", i), fmt.Sprintf("z%d", i%3))
+		nodes = append(nodes, n)
+		w.add(t, w.nodes, n)
+		w.add(t, w.csiNodes, csiNode(n.Name, nil, driver))
+	}
+	for _, z := range []string{"z0", "z1", "z2"} {
+		w.add(t, w.capacities, capacity("fast", z, 10*gi), capacity("slow", z, 10*gi))
+	}
+	w.add(t, w.claims, claim("a", "fast", gi), claim("b", "slow", gi))
+	c := w.core(t, nil)
+	counting := &countingCapacities{CapacitySource: c.l.Capacities}
+	c.l.Capacities = counting
+	pv, err := c.PodVolumes(pod("p", "a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if st := c.Filter(pv, n); st != nil {
+			t.Fatalf("%s: %v", n.Name, st)
+		}
+		if s := c.Score(pv, n); s != 90 {
+			t.Errorf("%s: score %d, want 90", n.Name, s)
+		}
+	}
+	if got := counting.calls.Load(); got != 6 {
+		t.Errorf("%d capacity lookups for 12 nodes in 3 segments and 2 classes, want 6", got)
+	}
+}
+
+// TestCapacityViewPerNode: when a class's capacity objects select nodes by
+// a label that is not a driver key, or by matchExpressions, two nodes of
+// one segment may see different capacity, and each gets its own answer.
+func TestCapacityViewPerNode(t *testing.T) {
+	const host = "kubernetes.io/hostname"
+	byHost := func(name, nodeName string, bytes int64) *storagev1.CSIStorageCapacity {
+		return &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Namespace: "csi", Name: name}, StorageClassName: "fast",
+			NodeTopology: &metav1.LabelSelector{MatchLabels: map[string]string{host: nodeName}},
+			Capacity:     resource.NewQuantity(bytes, resource.BinarySI)}
+	}
+	byExpression := func(name, nodeName string, bytes int64) *storagev1.CSIStorageCapacity {
+		c := byHost(name, nodeName, bytes)
+		c.NodeTopology = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: host, Operator: metav1.LabelSelectorOpIn, Values: []string{nodeName}}}}
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		make func(name, nodeName string, bytes int64) *storagev1.CSIStorageCapacity
+	}{
+		{name: "matchLabels on another key", make: byHost},
+		{name: "matchExpressions", make: byExpression},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			withCounterIndexes(t, w)
+			w.add(t, w.classes, class("fast"))
+			var nodes []*v1.Node
+			for _, name := range []string{"roomy", "full"} {
+				n := node(name, "z1")
+				n.Labels[host] = name
+				nodes = append(nodes, n)
+				w.add(t, w.nodes, n)
+				w.add(t, w.csiNodes, csiNode(name, nil, driver))
+			}
+			w.add(t, w.capacities, tc.make("c-roomy", "roomy", 10*gi), tc.make("c-full", "full", gi))
+			w.add(t, w.claims, claim("a", "fast", 4*gi))
+			c := w.core(t, nil)
+			// Both orders: whichever node comes first must not decide
+			// for the other.
+			for _, order := range [][]*v1.Node{nodes, {nodes[1], nodes[0]}} {
+				pv, err := c.PodVolumes(pod("p", "a"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, n := range order {
+					st := c.Filter(pv, n)
+					if n.Name == "roomy" && st != nil {
+						t.Errorf("roomy (10 Gi free): %v", st)
+					}
+					if n.Name == "full" && (st == nil || st.Reason != ReasonInsufficientCapacity) {
+						t.Errorf("full (1 Gi free): %v, want %s", st, ReasonInsufficientCapacity)
+					}
+				}
+				if s := c.Score(pv, nodes[0]); s != 60 {
+					t.Errorf("roomy scores %d, want 60", s)
+				}
+			}
+		})
+	}
+}
