@@ -377,3 +377,22 @@ func (c *Core) ObserveClaim(claim *v1.PersistentVolumeClaim, node *v1.Node) {
 	key := claim.Namespace + "/" + claim.Name
 	c.ledger.Reserve(Request{UID: claim.UID, Claim: key, Pod: key, Node: node.Name, Segment: seg, Class: class.Name, Bytes: size.Value()})
 }
+
+// OwnsClass reports whether the storage class exists and is the driver's.
+func (c *Core) OwnsClass(name string) bool {
+	class, err := c.l.Classes.Get(name)
+	return err == nil && class.Provisioner == c.cfg.Driver
+}
+
+// OwnsVolume reports whether the PV exists and is a CSI volume of the
+// driver.
+func (c *Core) OwnsVolume(name string) bool {
+	pv, err := c.l.Volumes.Get(name)
+	return err == nil && pv.Spec.CSI != nil && pv.Spec.CSI.Driver == c.cfg.Driver
+}
+
+// KnowsClass reports whether the storage class exists.
+func (c *Core) KnowsClass(name string) bool {
+	_, err := c.l.Classes.Get(name)
+	return err == nil
+}
