@@ -153,8 +153,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		return nil, fmt.Errorf("node deployment runs an instance on every node: leader election would stop all but one")
 	}
 	// Cached objects are trimmed to what the provisioner reads (Nodes to
-	// their labels): see TrimForCache.
-	transform := TrimForCache
+	// their labels, CSINodes to the driver's entry): see TrimForDriver.
+	trim := TrimForDriver(cfg.Provisioner.DriverName)
+	transform := trim
 	if nd != nil {
 		transform = nd.trimForCache
 	}
@@ -168,7 +169,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if nd != nil {
 		nodeTweak = nd.nodeFieldSelector
 		ownNodeFactory = informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod,
-			informers.WithTransform(TrimForCache), informers.WithTweakListOptions(nodeTweak))
+			informers.WithTransform(trim), informers.WithTweakListOptions(nodeTweak))
 		nodeFactory = ownNodeFactory
 	}
 	nodes, ownNodes := newNodeInformer(clients.Metadata, nodeFactory, cfg.ResyncPeriod, nodeTweak)
