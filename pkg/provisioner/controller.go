@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -153,8 +152,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		return nil, fmt.Errorf("node deployment runs an instance on every node: leader election would stop all but one")
 	}
 	// Cached objects are trimmed to what the provisioner reads (Nodes to
-	// their labels): see TrimForCache.
-	transform := TrimForCache
+	// their labels, CSINodes to the driver's entry): see TrimForDriver.
+	trim := TrimForDriver(cfg.Provisioner.DriverName)
+	transform := trim
 	if nd != nil {
 		transform = nd.trimForCache
 	}
@@ -168,7 +168,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if nd != nil {
 		nodeTweak = nd.nodeFieldSelector
 		ownNodeFactory = informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod,
-			informers.WithTransform(TrimForCache), informers.WithTweakListOptions(nodeTweak))
+			informers.WithTransform(trim), informers.WithTweakListOptions(nodeTweak))
 		nodeFactory = ownNodeFactory
 	}
 	nodes, ownNodes := newNodeInformer(clients.Metadata, nodeFactory, cfg.ResyncPeriod, nodeTweak)
@@ -260,7 +260,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		libClaims.scope, libVolumes.scope = nd.ownsClaim, nd.ownsVolume
 		if nd.ImmediateBinding {
 			if claimer, err = newNodeClaimer(nd, p, claims, factory.Storage().V1().StorageClasses().Lister(),
-				corelisters.NewNodeLister(nodes.GetIndexer()), client.CoreV1(), cfg.Capacity != nil); err != nil {
+				nodeLister{nodes.GetIndexer()}, client.CoreV1(), cfg.Capacity != nil); err != nil {
 				return nil, err
 			}
 		}
@@ -275,7 +275,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		controller.ClaimsInformer(libClaims),
 		controller.VolumesInformer(libVolumes),
 		controller.ClassesInformer(classes),
-		controller.NodesLister(corelisters.NewNodeLister(nodes.GetIndexer())),
+		controller.NodesLister(nodeLister{nodes.GetIndexer()}),
 		controller.Threadiness(cfg.WorkerThreads),
 		controller.ResyncPeriod(cfg.ResyncPeriod),
 		controller.RateLimiter(deps.Retries),
@@ -445,7 +445,10 @@ func selectionHandler(clock *SelectionClock) cache.ResourceEventHandler {
 // and returns functions that report when each handler has seen the initial
 // list: requirements computed before that could miss segments.
 func feedIndex(index *topology.Index, nodes, csiNodes cache.SharedIndexInformer) ([]cache.InformerSynced, error) {
-	nodeReg, err := nodes.AddEventHandler(indexHandler(index.UpsertNode, index.DeleteNode))
+	// A node's name and labels, whether the informer caches Nodes or
+	// their metadata (newNodeInformer).
+	upsertNode := func(o metav1.Object) { index.UpsertNodeLabels(o.GetName(), o.GetLabels()) }
+	nodeReg, err := nodes.AddEventHandler(indexHandler(upsertNode, index.DeleteNode))
 	if err != nil {
 		return nil, fmt.Errorf("watching nodes: %w", err)
 	}

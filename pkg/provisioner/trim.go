@@ -1,11 +1,17 @@
 package provisioner
 
 import (
+	"fmt"
 	"time"
+	"unique"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
@@ -19,7 +25,8 @@ import (
 //     the segment index and the topology of a claim read labels only, and
 //     the provisioner never writes a Node. Its status (conditions, images,
 //     addresses, node info: most of a real Node's bytes, and rewritten by
-//     every kubelet heartbeat), spec and annotations are dropped.
+//     every kubelet heartbeat), spec and annotations are dropped. Its
+//     labels are interned (internLabels): most of them repeat on every node.
 //   - Every object loses its managedFields. Updates of a cached object (a
 //     claim's annotations, a PV's finalizer, a capacity object) still keep
 //     the server's managedFields: an update without them leaves them as
@@ -37,32 +44,148 @@ func TrimForCache(obj any) (any, error) {
 	return obj, nil
 }
 
+// TrimForDriver is TrimForCache for the informers of driver's provisioner:
+// besides, a CSINode keeps its identity and driver's entry only, its
+// topology keys interned. The segment index and a claim's requirements
+// read nothing else of a CSINode (DriverKeys with this driver); a CSINode
+// without an entry for driver keeps none, and reads as "driver not
+// registered" as it did whole.
+func TrimForDriver(driver string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if c, ok := obj.(*storagev1.CSINode); ok {
+			return trimmedCSINode(c, driver), nil
+		}
+		return TrimForCache(obj)
+	}
+}
+
 // trimmedNode is what the provisioner keeps of a Node: its identity and
 // labels.
 func trimmedNode(meta metav1.ObjectMeta) *v1.Node {
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{
+	return &v1.Node{ObjectMeta: identity(meta, internLabels(meta.Labels, meta.Name))}
+}
+
+// identity is the part of an object's metadata a trimmed object keeps:
+// name, UID, version, timestamps, and labels.
+func identity(meta metav1.ObjectMeta, labels map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
 		Name: meta.Name, UID: meta.UID, ResourceVersion: meta.ResourceVersion, Generation: meta.Generation,
-		CreationTimestamp: meta.CreationTimestamp, DeletionTimestamp: meta.DeletionTimestamp, Labels: meta.Labels,
-	}}
+		CreationTimestamp: meta.CreationTimestamp, DeletionTimestamp: meta.DeletionTimestamp, Labels: labels,
+	}
+}
+
+// trimmedCSINode is what the provisioner of driver keeps of a CSINode: its
+// identity and driver's entry (see TrimForDriver).
+func trimmedCSINode(c *storagev1.CSINode, driver string) *storagev1.CSINode {
+	out := &storagev1.CSINode{ObjectMeta: identity(c.ObjectMeta, nil)}
+	for _, d := range c.Spec.Drivers {
+		if d.Name != driver {
+			continue
+		}
+		var keys []string
+		if d.TopologyKeys != nil {
+			keys = make([]string, len(d.TopologyKeys))
+			for i, k := range d.TopologyKeys {
+				keys[i] = intern(k)
+			}
+		}
+		out.Spec.Drivers = []storagev1.CSINodeDriver{{Name: driver, NodeID: d.NodeID, TopologyKeys: keys, Allocatable: d.Allocatable}}
+		break
+	}
+	return out
+}
+
+// intern returns the canonical copy of s: decoding gives each object its
+// own copy of every string, while label keys, most label values and
+// topology keys are the same on every node of a cluster. The canonical
+// copies are weak (package unique): one no cached object uses any more is
+// dropped.
+func intern(s string) string { return unique.Make(s).Value() }
+
+// internLabels returns a copy of a node's labels with keys and values
+// interned, except a value equal to the node's name (kubernetes.io/hostname
+// usually), which shares name's string instead: interning a string unique to
+// one node would only add an entry to the table. nil stays nil.
+func internLabels(labels map[string]string, name string) map[string]string {
+	if labels == nil {
+		return nil
+	}
+	out := make(map[string]string, len(labels))
+	for k, v := range labels {
+		if v == name {
+			v = name
+		} else {
+			v = intern(v)
+		}
+		out[intern(k)] = v
+	}
+	return out
 }
 
 // nodeFromMetadata is the transform of the metadata-only Node informer: it
-// turns each PartialObjectMetadata into the trimmed *v1.Node that
-// TrimForCache would keep, so that listers and handlers see Nodes.
+// keeps of each PartialObjectMetadata what TrimForCache keeps of a Node,
+// as a PartialObjectMetadata: 288 bytes a node, where a *v1.Node with an
+// empty spec and status takes 768. nodeLister serves them as *v1.Node.
 func nodeFromMetadata(obj any) (any, error) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		return trimmedNode(m.ObjectMeta), nil
+		return &metav1.PartialObjectMetadata{ObjectMeta: identity(m.ObjectMeta, internLabels(m.ObjectMeta.Labels, m.Name))}, nil
 	}
 	return obj, nil
+}
+
+// nodeLister serves the Node informer's cache as *v1.Node, whichever the
+// informer caches: trimmed *v1.Node (typed informer) or
+// *metav1.PartialObjectMetadata (metadata-only informer, nodeFromMetadata).
+// For the latter each Get and List makes a *v1.Node of the cached metadata,
+// whose labels are the cache's: read only, as with any lister.
+type nodeLister struct{ indexer cache.Indexer }
+
+var _ corelisters.NodeLister = nodeLister{}
+
+func (l nodeLister) List(selector labels.Selector) ([]*v1.Node, error) {
+	var out []*v1.Node
+	err := cache.ListAll(l.indexer, selector, func(obj any) {
+		if n := asNode(obj); n != nil {
+			out = append(out, n)
+		}
+	})
+	return out, err
+}
+
+func (l nodeLister) Get(name string) (*v1.Node, error) {
+	obj, exists, err := l.indexer.GetByKey(name)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(v1.Resource("node"), name)
+	}
+	n := asNode(obj)
+	if n == nil {
+		return nil, fmt.Errorf("node %q: the cache holds a %T", name, obj)
+	}
+	return n, nil
+}
+
+// asNode returns a cached Node as a *v1.Node (nil if obj is neither).
+func asNode(obj any) *v1.Node {
+	switch o := obj.(type) {
+	case *v1.Node:
+		return o
+	case *metav1.PartialObjectMetadata:
+		return &v1.Node{ObjectMeta: o.ObjectMeta}
+	}
+	return nil
 }
 
 // newNodeInformer returns the provisioner's Node informer. With a metadata
 // client it watches Nodes as metadata only: the API server then sends
 // neither their spec nor their status (most of a Node's bytes, and what
 // every kubelet heartbeat changes), so nothing of it is decoded, and the
-// cache holds trimmed *v1.Node objects (run it with Run). Without one it is
+// cache holds their trimmed metadata (run it with Run). Without one it is
 // the factory's typed informer, trimmed by TrimForCache (started with the
-// factory). tweak narrows what the metadata informer lists (node
+// factory). Read it through nodeLister, and its events as metav1.Object.
+// tweak narrows what the metadata informer lists (node
 // deployment: the instance's own node); the factory's own options narrow
 // the typed one.
 func newNodeInformer(meta metadata.Interface, factory informers.SharedInformerFactory, resync time.Duration, tweak func(*metav1.ListOptions)) (cache.SharedIndexInformer, bool) {

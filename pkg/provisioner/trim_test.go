@@ -1,19 +1,26 @@
 package provisioner
 
 import (
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
 func TestTrimForCache(t *testing.T) {
@@ -73,8 +80,9 @@ func TestTrimForCache(t *testing.T) {
 	}
 }
 
-// TestMetadataNodeInformer: with a metadata client the Node informer serves
-// trimmed *v1.Node objects (labels kept) to listers and handlers.
+// TestMetadataNodeInformer: with a metadata client the Node informer caches
+// each Node's trimmed metadata (labels kept); handlers see it as a
+// metav1.Object and nodeLister serves it as a *v1.Node.
 func TestMetadataNodeInformer(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	scheme := runtime.NewScheme()
@@ -86,24 +94,34 @@ func TestMetadataNodeInformer(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", Labels: map[string]string{"zone": "z1"}, Annotations: map[string]string{"a": "b"}},
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme, node)
-	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(makeCSINode("n1", "zone")), 0)
 	inf, own := newNodeInformer(meta, factory, 0, nil)
 	if !own {
 		t.Fatal("a metadata client must give the provisioner its own Node informer")
 	}
-	added := make(chan *v1.Node, 1)
+	index := topology.NewIndex(testDriver)
+	indexSynced, err := feedIndex(index, inf, factory.Storage().V1().CSINodes().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	added := make(chan metav1.Object, 1)
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
-		if n, ok := obj.(*v1.Node); ok {
-			added <- n
+		if o, ok := obj.(metav1.Object); ok {
+			added <- o
 		}
 	}}); err != nil {
 		t.Fatal(err)
 	}
 	go inf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), append(indexSynced, inf.HasSynced)...) {
 		t.Fatal("Node informer did not sync")
 	}
-	got, err := corelisters.NewNodeLister(inf.GetIndexer()).Get("n1")
+	if got := index.Segments([]string{"zone"}); len(got) != 1 || got[0]["zone"] != "z1" {
+		t.Errorf("segments of the index fed by the metadata informer = %v, want zone=z1", got)
+	}
+	lister := nodeLister{inf.GetIndexer()}
+	got, err := lister.Get("n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,10 +129,149 @@ func TestMetadataNodeInformer(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("lister (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want, <-added); diff != "" {
-		t.Errorf("handler (-want +got):\n%s", diff)
+	ev := <-added
+	if ev.GetName() != "n1" || !cmp.Equal(ev.GetLabels(), want.Labels) || ev.GetAnnotations() != nil {
+		t.Errorf("handler got name %q, labels %v, annotations %v", ev.GetName(), ev.GetLabels(), ev.GetAnnotations())
+	}
+	list, err := lister.List(labels.SelectorFromSet(labels.Set{"zone": "z1"}))
+	if err != nil || len(list) != 1 || !cmp.Equal(list[0], want) {
+		t.Errorf("List(zone=z1) = %v, %v", list, err)
+	}
+	if list, _ := lister.List(labels.SelectorFromSet(labels.Set{"zone": "z2"})); len(list) != 0 {
+		t.Errorf("List(zone=z2) = %v, want none", list)
+	}
+	if _, err := lister.Get("n2"); !apierrors.IsNotFound(err) {
+		t.Errorf("Get of a missing node: %v, want NotFound", err)
 	}
 	if _, own := newNodeInformer(nil, factory, 0, nil); own {
 		t.Error("without a metadata client the Node informer is the factory's")
+	}
+}
+
+// TestNodeListerTyped: nodeLister serves the typed informer's cache
+// (*v1.Node) as it is.
+func TestNodeListerTyped(t *testing.T) {
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"zone": "z1"}}}
+	if err := indexer.Add(n); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := (nodeLister{indexer}).Get("n1"); err != nil || got != n {
+		t.Errorf("Get = %v, %v; want the cached object", got, err)
+	}
+	if got, err := (nodeLister{indexer}).List(labels.Everything()); err != nil || len(got) != 1 || got[0] != n {
+		t.Errorf("List = %v, %v; want the cached object", got, err)
+	}
+}
+
+// sameString says whether a and b share their bytes (one string, not two
+// equal copies).
+func sameString(a, b string) bool { return a == b && unsafe.StringData(a) == unsafe.StringData(b) }
+
+// TestTrimInternsLabels: two nodes decoded apart (each with its own copy of
+// every string) share their label keys and values once trimmed; a value
+// equal to the node's name shares the name's string.
+func TestTrimInternsLabels(t *testing.T) {
+	decoded := func(name string) *v1.Node {
+		// strings.Clone: as a decoder gives them, separate copies.
+		c := strings.Clone
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: c(name), Labels: map[string]string{
+			c("topology.example.com/zone"): c("z1"), c("kubernetes.io/hostname"): c(name),
+		}}}
+	}
+	for name, trim := range map[string]func(*v1.Node) *v1.Node{
+		"typed": func(n *v1.Node) *v1.Node {
+			out, err := TrimForCache(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out.(*v1.Node)
+		},
+		"metadata": func(n *v1.Node) *v1.Node {
+			out, err := nodeFromMetadata(&metav1.PartialObjectMetadata{ObjectMeta: n.ObjectMeta})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return asNode(out)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, b := trim(decoded("n1")), trim(decoded("n2"))
+			if diff := cmp.Diff(decoded("n1").Labels, a.Labels); diff != "" {
+				t.Fatalf("labels changed (-want +got):\n%s", diff)
+			}
+			keyOf := func(n *v1.Node, want string) string {
+				for k := range n.Labels {
+					if k == want {
+						return k
+					}
+				}
+				t.Fatalf("node %s has no label %s", n.Name, want)
+				return ""
+			}
+			for _, k := range []string{"topology.example.com/zone", "kubernetes.io/hostname"} {
+				if !sameString(keyOf(a, k), keyOf(b, k)) {
+					t.Errorf("label key %q is not shared between nodes", k)
+				}
+			}
+			if zone := "topology.example.com/zone"; !sameString(a.Labels[zone], b.Labels[zone]) {
+				t.Errorf("label value %q is not shared between nodes", a.Labels[zone])
+			}
+			if host := a.Labels["kubernetes.io/hostname"]; !sameString(host, a.Name) {
+				t.Errorf("hostname label %q does not share the node's name", host)
+			}
+		})
+	}
+}
+
+// TestTrimForDriverCSINode: a CSINode keeps its identity and the driver's
+// entry (topology keys interned); other drivers' entries, owner references,
+// labels and managedFields go; everything else still goes through
+// TrimForCache.
+func TestTrimForDriverCSINode(t *testing.T) {
+	trim := TrimForDriver(testDriver)
+	now := metav1.Now()
+	count := int32(4)
+	decoded := func(name string, drivers ...storagev1.CSINodeDriver) *storagev1.CSINode {
+		return &storagev1.CSINode{
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: "u-" + types.UID(name), ResourceVersion: "9", CreationTimestamp: now,
+				Labels: map[string]string{"a": "b"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: "n"}}},
+			Spec: storagev1.CSINodeSpec{Drivers: drivers},
+		}
+	}
+	entry := func(driver, node string) storagev1.CSINodeDriver {
+		return storagev1.CSINodeDriver{Name: strings.Clone(driver), NodeID: node,
+			TopologyKeys: []string{strings.Clone(zoneKey)}, Allocatable: &storagev1.VolumeNodeResources{Count: &count}}
+	}
+	got, err := trim(decoded("n1", entry("other.example.com", "o1"), entry(testDriver, "id1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u-n1", ResourceVersion: "9", CreationTimestamp: now},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: testDriver, NodeID: "id1",
+			TopologyKeys: []string{zoneKey}, Allocatable: &storagev1.VolumeNodeResources{Count: &count}}}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("trimmed CSINode (-want +got):\n%s", diff)
+	}
+	if again, _ := trim(got); !cmp.Equal(got, again) {
+		t.Errorf("not idempotent: %v", cmp.Diff(got, again))
+	}
+	other, _ := trim(decoded("n2", entry(testDriver, "id2")))
+	if a, b := got.(*storagev1.CSINode).Spec.Drivers[0].TopologyKeys[0], other.(*storagev1.CSINode).Spec.Drivers[0].TopologyKeys[0]; !sameString(a, b) {
+		t.Error("topology keys are not shared between CSINodes")
+	}
+	if keys, err := topology.DriverKeys(got.(*storagev1.CSINode), testDriver); err != nil || !cmp.Equal(keys, []string{zoneKey}) {
+		t.Errorf("DriverKeys of the trimmed CSINode = %v, %v", keys, err)
+	}
+	none, _ := trim(decoded("n3", entry("other.example.com", "o3")))
+	if _, err := topology.DriverKeys(none.(*storagev1.CSINode), testDriver); err == nil {
+		t.Error("a CSINode without the driver's entry reads as registered once trimmed")
+	}
+	claim := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}}
+	if out, _ := trim(claim); out.(*v1.PersistentVolumeClaim).ManagedFields != nil {
+		t.Error("TrimForDriver does not trim other objects as TrimForCache does")
 	}
 }

@@ -113,10 +113,15 @@ func (i *Index) update(change func()) {
 }
 
 // UpsertNode records a node's labels (on add and update).
-func (i *Index) UpsertNode(node *v1.Node) {
+func (i *Index) UpsertNode(node *v1.Node) { i.UpsertNodeLabels(node.Name, node.Labels) }
+
+// UpsertNodeLabels records the labels of node name (on add and update):
+// UpsertNode for a cache that holds a node's metadata only. labels are
+// kept as they are: the caller must not modify them afterwards.
+func (i *Index) UpsertNodeLabels(name string, labels map[string]string) {
 	i.update(func() {
-		i.labels[node.Name] = node.Labels
-		i.recompute(node.Name)
+		i.labels[name] = labels
+		i.recompute(name)
 	})
 }
 
