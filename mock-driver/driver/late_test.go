@@ -56,8 +56,18 @@ func TestLateSuccess(t *testing.T) {
 	if len(vols) != 1 || vols[0].ID != rec.Result {
 		t.Fatalf("volumes %+v, want the late one, %s", vols, rec.Result)
 	}
-	// The rule retired: the retry answers at once, with the same volume.
-	again, err := c.CreateVolume(ctx, makeCreate("late", gi).requisite("z2").CreateVolumeRequest)
+	// The rule retired: the retry answers with the same volume. The record
+	// is written just before the late call lets go of the name, so a retry
+	// in between is told ABORTED (the name is in progress), which a CO
+	// retries.
+	var again *csi.CreateVolumeResponse
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		again, err = c.CreateVolume(ctx, makeCreate("late", gi).requisite("z2").CreateVolumeRequest)
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || again.GetVolume().GetVolumeId() != rec.Result {
 		t.Errorf("retry = %v, %v; want volume %s", again, err, rec.Result)
 	}
