@@ -85,21 +85,12 @@ func (i indexedCapacities) Capacity(class string, nodeLabels map[string]string) 
 			}
 		}
 	}
-	prefix := class + "\x00"
-	for _, v := range i.idx.ListIndexFuncValues(CapacityKeySets) {
-		keys, ok := strings.CutPrefix(v, prefix)
-		if !ok {
-			continue
-		}
-		var keyList []string // none: an empty selector matches every node
-		if keys != "" {
-			keyList = strings.Split(keys, ",")
-		}
+	for _, keyList := range i.keySets(class) {
 		seg, ok := topology.Segment(nodeLabels).Project(keyList)
 		if !ok {
 			continue
 		}
-		objs, _ := i.idx.ByIndex(CapacitiesBySegment, prefix+seg.String())
+		objs, _ := i.idx.ByIndex(CapacitiesBySegment, class+"\x00"+seg.String())
 		consider(objs)
 	}
 	fallback, _ := i.idx.ByIndex(CapacitiesByExpression, class)
@@ -126,6 +117,13 @@ func (i indexedCapacities) Capacity(class string, nodeLabels map[string]string) 
 
 // KeySets implements KeySetSource.
 func (i indexedCapacities) KeySets(class string) ([][]string, bool) {
+	exprs, _ := i.idx.IndexKeys(CapacitiesByExpression, class)
+	return i.keySets(class), len(exprs) > 0
+}
+
+// keySets returns the distinct matchLabels key sets of the class's objects,
+// each sorted; an empty set (a selector without labels) matches every node.
+func (i indexedCapacities) keySets(class string) [][]string {
 	prefix := class + "\x00"
 	var sets [][]string
 	for _, v := range i.idx.ListIndexFuncValues(CapacityKeySets) {
@@ -133,14 +131,13 @@ func (i indexedCapacities) KeySets(class string) ([][]string, bool) {
 		if !ok {
 			continue
 		}
-		var set []string // none: an empty selector matches every node
+		var set []string
 		if keys != "" {
 			set = strings.Split(keys, ",")
 		}
 		sets = append(sets, set)
 	}
-	exprs, _ := i.idx.IndexKeys(CapacitiesByExpression, class)
-	return sets, len(exprs) > 0
+	return sets
 }
 
 // better orders matching objects: the largest capacity wins (as

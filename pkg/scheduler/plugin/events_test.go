@@ -52,15 +52,7 @@ func TestEventsToRegister(t *testing.T) {
 }
 
 func TestQueueingHints(t *testing.T) {
-	store := func(objs ...runtime.Object) cache.Indexer {
-		idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-		for _, o := range objs {
-			if err := idx.Add(o); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return idx
-	}
+	store := func(objs ...runtime.Object) cache.Indexer { return storeOf(t, objs...) }
 	ours := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: driver}
 	theirs := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Provisioner: "other.example.com"}
 	csiPV := func(name, drv string) *v1.PersistentVolume {

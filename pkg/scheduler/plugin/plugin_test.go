@@ -162,15 +162,7 @@ func shippedConfig(t *testing.T, path string) (string, *schedconfig.KubeSchedule
 }
 
 func TestExtensionPoints(t *testing.T) {
-	store := func(objs ...runtime.Object) cache.Indexer {
-		idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-		for _, o := range objs {
-			if err := idx.Add(o); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return idx
-	}
+	store := func(objs ...runtime.Object) cache.Indexer { return storeOf(t, objs...) }
 	mode := storagev1.VolumeBindingWaitForFirstConsumer
 	cls := "fast"
 	claims := store(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "u1"},
@@ -260,4 +252,16 @@ func TestForeignOrEmptyState(t *testing.T) {
 			p.Unreserve(ctx, cs, &v1.Pod{}, "n")
 		})
 	}
+}
+
+// storeOf returns an indexer (with the namespace index) holding objs.
+func storeOf(t testing.TB, objs ...runtime.Object) cache.Indexer {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, o := range objs {
+		if err := idx.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return idx
 }
