@@ -39,8 +39,9 @@ func TestPendingForCapacityRetriedWhenRoomAppears(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("pod not rejected for capacity: %v (last condition %q)", err, why)
 	}
-	// The rejected pod now waits among the unschedulable pods: only a
-	// registered event (or the flush) brings it back.
+	// Let kube-scheduler's backoff of the first attempt (at most 10 s) pass,
+	// so that only an event can bring the pod back before the flush.
+	time.Sleep(12 * time.Second)
 	// Room for the claim in z2 only. Not lab.EnsureRoom: it waits until the
 	// room is published, and by then the pod may already have taken it.
 	segs, err := env.Segments(ctx)
