@@ -49,6 +49,7 @@ func TestPendingForCapacityRetriedWhenRoomAppears(t *testing.T) {
 		t.Fatal(err)
 	}
 	raised := false
+	var restore func()
 	for _, seg := range segs {
 		if seg.Topology[lab.ZoneKey] != "z2" {
 			continue
@@ -58,6 +59,27 @@ func TestPendingForCapacityRetriedWhenRoomAppears(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = env.SetSegmentCapacity(context.WithoutCancel(ctx), topo, old) })
+		restore = func() {
+			if err := env.SetSegmentCapacity(ctx, topo, old); err != nil {
+				t.Fatal(err)
+			}
+			// The later tests score zones by their published free
+			// capacity: wait until none in z2 shows the extra room.
+			if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+				list, err := client.StorageV1().CSIStorageCapacities(lab.CapacityNamespace).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, nil
+				}
+				for _, c := range list.Items {
+					if c.NodeTopology != nil && c.NodeTopology.MatchLabels[lab.ZoneKey] == "z2" && c.Capacity != nil && c.Capacity.Value() > old {
+						return false, nil
+					}
+				}
+				return true, nil
+			}); err != nil {
+				t.Fatalf("z2's published capacity stays above %d bytes: %v", old, err)
+			}
+		}
 		raised = true
 	}
 	if !raised {
@@ -94,4 +116,5 @@ func TestPendingForCapacityRetriedWhenRoomAppears(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("volume %s of the deleted claim still there: %v", pvc.Spec.VolumeName, err)
 	}
+	restore()
 }
