@@ -378,10 +378,14 @@ func (c *Core) ObserveClaim(claim *v1.PersistentVolumeClaim, node *v1.Node) {
 	c.ledger.Reserve(Request{UID: claim.UID, Claim: key, Pod: key, Node: node.Name, Segment: seg, Class: class.Name, Bytes: size.Value()})
 }
 
-// OwnsClass reports whether the storage class exists and is the driver's.
-func (c *Core) OwnsClass(name string) bool {
+// OwnsClass reports whether the storage class is the driver's, and whether
+// it is known at all.
+func (c *Core) OwnsClass(name string) (owned, known bool) {
 	class, err := c.l.Classes.Get(name)
-	return err == nil && class.Provisioner == c.cfg.Driver
+	if err != nil {
+		return false, false
+	}
+	return class.Provisioner == c.cfg.Driver, true
 }
 
 // OwnsVolume reports whether the PV exists and is a CSI volume of the
@@ -389,10 +393,4 @@ func (c *Core) OwnsClass(name string) bool {
 func (c *Core) OwnsVolume(name string) bool {
 	pv, err := c.l.Volumes.Get(name)
 	return err == nil && pv.Spec.CSI != nil && pv.Spec.CSI.Driver == c.cfg.Driver
-}
-
-// KnowsClass reports whether the storage class exists.
-func (c *Core) KnowsClass(name string) bool {
-	_, err := c.l.Classes.Get(name)
-	return err == nil
 }

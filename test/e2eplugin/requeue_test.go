@@ -41,6 +41,8 @@ func TestPendingForCapacityRetriedWhenRoomAppears(t *testing.T) {
 	}
 	// Let kube-scheduler's backoff of the first attempt (at most 10 s) pass,
 	// so that only an event can bring the pod back before the flush.
+	// Without this pause, one full run of the package placed the pod only
+	// 61 s after the room appeared (not explained yet); with it, in seconds.
 	time.Sleep(12 * time.Second)
 	// Room for the claim in z2 only. Not lab.EnsureRoom: it waits until the
 	// room is published, and by then the pod may already have taken it.

@@ -95,8 +95,10 @@ func (p *Plugin) afterClaimChange(_ klog.Logger, pod *v1.Pod, oldObj, newObj any
 			}
 		}
 	}
-	if claim.Spec.StorageClassName != nil && *claim.Spec.StorageClassName != "" && p.core.OwnsClass(*claim.Spec.StorageClassName) {
-		return fwk.Queue, nil
+	if claim.Spec.StorageClassName != nil && *claim.Spec.StorageClassName != "" {
+		if owned, _ := p.core.OwnsClass(*claim.Spec.StorageClassName); owned {
+			return fwk.Queue, nil
+		}
 	}
 	return hint(claim.Spec.VolumeName != "" && p.core.OwnsVolume(claim.Spec.VolumeName)), nil
 }
@@ -144,7 +146,8 @@ func (p *Plugin) afterCapacityChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj an
 	if err != nil {
 		return fwk.Queue, err
 	}
-	return hint(p.core.OwnsClass(c.StorageClassName) || !p.core.KnowsClass(c.StorageClassName)), nil
+	owned, known := p.core.OwnsClass(c.StorageClassName)
+	return hint(owned || !known), nil
 }
 
 // afterClassAdd queues the pod for a new class of the driver.
