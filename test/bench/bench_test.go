@@ -9,22 +9,22 @@ import (
 )
 
 // TestBenchSmoke runs the smallest benchmark (3 nodes, 5 claims, one rep of
-// backlog, delete and node with 20 background claims) so that the harness
-// cannot rot: every figure it reports must be there and every check must
-// pass. It asserts no timing.
+// backlog, delete, wffc with both schedulers, and node with 20 background
+// claims) so that the harness cannot rot: every figure it reports must be
+// there and every check must pass. It asserts no timing.
 func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
 	_, ctx := ktesting.NewTestContext(t)
-	opts := Options{Sizes: []int{3}, Scenarios: []string{"backlog", "delete", "node"}, Claims: 5, BackgroundClaims: 20, Reps: 1,
+	opts := Options{Sizes: []int{3}, Scenarios: []string{"backlog", "delete", "wffc", "node"}, Claims: 5, BackgroundClaims: 20, Reps: 1,
 		BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
 	report, err := Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(report.Runs) != 3 {
-		t.Fatalf("%d runs, want backlog, delete and node", len(report.Runs))
+	if len(report.Runs) != 5 {
+		t.Fatalf("%d runs, want backlog, delete, wffc with each scheduler, and node", len(report.Runs))
 	}
 	for _, r := range report.Runs {
 		if len(r.Failures) > 0 {
@@ -34,7 +34,22 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("%s: figures missing: %+v", r.Scenario, r)
 		}
 	}
-	backlog, del, node := report.Runs[0], report.Runs[1], report.Runs[2]
+	backlog, del, node := report.Runs[0], report.Runs[1], report.Runs[4]
+	for _, r := range report.Runs[2:4] {
+		// Rep 1 runs the stock scheduler first.
+		if r.Scenario != "wffc" {
+			t.Fatalf("runs 3 and 4 are %s, want wffc", r.Scenario)
+		}
+		// Each scheduler filtered the 3 nodes for each pod at least once, and
+		// allocated something doing it.
+		if r.SchedulerCPUPerPod <= 0 || r.SchedulerAllocKBPerPod <= 0 || r.SchedulerFilteredPerPod < 3 {
+			t.Errorf("wffc, %s scheduler: CPU %v ms, %v KB allocated, %v nodes filtered per pod", r.Scheduler,
+				r.SchedulerCPUPerPod, r.SchedulerAllocKBPerPod, r.SchedulerFilteredPerPod)
+		}
+	}
+	if report.Runs[2].Scheduler != "stock" || report.Runs[3].Scheduler != "plugin" {
+		t.Errorf("wffc rep 1 ran %s then %s, want stock then plugin", report.Runs[2].Scheduler, report.Runs[3].Scheduler)
+	}
 	if got := backlog.Requests["create persistentvolumes"]; got != 5 {
 		t.Errorf("backlog: the audit log has %d PV creates by the provisioner, want 5 (requests: %v)", got, backlog.Requests)
 	}
@@ -59,7 +74,8 @@ func TestBenchSmoke(t *testing.T) {
 		t.Errorf("node: start-up %v s, RSS at sync %v MB, peak RSS %v MB", node.Startup, node.RSSSynced, node.PeakRSS)
 	}
 	table := report.Markdown()
-	for _, want := range []string{"A′ backlog", "Delete:", "Node deployment", "with 20 claims of other nodes", "| 3 | ours |"} {
+	for _, want := range []string{"A′ backlog", "Delete:", "Node deployment", "with 20 claims of other nodes", "| 3 | ours |",
+		"Scheduler work per pod", "| 3 | plugin / stock |"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}

@@ -216,11 +216,17 @@ func (e *env) runRounds(ctx context.Context, contenders []string, report *Report
 			logger.Info("Run done", "scenario", r.Scenario, "scheduler", r.Scheduler, "contender", r.Contender, "nodes", r.Nodes,
 				"rep", r.Rep, "perSecond", round(r.PerSecond), "cpuSteadyMsPerVolume", round(r.CPUSteadyPerVolume),
 				"peakRssMB", round(r.PeakRSS), "failures", r.Failures)
+			if r.Scheduler != "" {
+				logger.Info("Scheduler work", "scheduler", r.Scheduler, "nodes", r.Nodes, "rep", r.Rep, "cpuMsPerPod", round(r.SchedulerCPUPerPod),
+					"allocKBPerPod", round(r.SchedulerAllocKBPerPod), "gcPer100Pods", round(r.SchedulerGCPer100Pods), "filteredPerPod", round(r.SchedulerFilteredPerPod))
+			}
 		}
 		report.Runs = append(report.Runs, results...)
 	}
 	for rep := 1; rep <= e.opts.Reps; rep++ {
 		for _, c := range contenders {
+			// A rep at 5 000 nodes takes minutes: say where the bench is.
+			logger.Info("Rep started", "nodes", e.size, "rep", rep, "of", e.opts.Reps, "contender", c, "scenarios", e.opts.Scenarios)
 			var results []Result
 			if e.opts.has("backlog") || e.opts.has("delete") {
 				rs, err := e.runBacklog(ctx, c, rep, e.opts.has("delete"))

@@ -116,6 +116,7 @@ func (r *Report) Markdown() string {
 			b.WriteString(row)
 		}
 	}
+	b.WriteString(schedulerTable(groups))
 	b.WriteString("\n### API requests per volume by verb and resource (medians)\n\n| scenario | nodes | provisioner | requests |\n|---|---|---|---|\n")
 	for _, g := range groups {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", g.scenario+suffix(g.scheduler), g.nodes, g.contender, g.requests())
@@ -213,12 +214,7 @@ func (g *group) row() string {
 func ratioRow(o, t *group) string {
 	cells := []string{fmt.Sprint(o.nodes), "theirs / ours"}
 	for _, f := range figures {
-		a, b := o.median(f), t.median(f)
-		if a == 0 {
-			cells = append(cells, "")
-			continue
-		}
-		cells = append(cells, fmt.Sprintf("%.2f×", b/a))
+		cells = append(cells, ratio(t.median(f), o.median(f)))
 	}
 	cells = append(cells, "", "", "", "")
 	return "| " + strings.Join(cells, " | ") + " |\n"
@@ -270,3 +266,65 @@ func num(v float64) string {
 }
 
 func round(v float64) string { return num(v) }
+
+// schedulerTable compares the two schedulers of the wffc runs at each size:
+// CPU per pod with every rep (it moves with the machine's load), and the
+// work each scheduler's /metrics counts, which does not; "" without wffc
+// runs.
+func schedulerTable(groups []*group) string {
+	var b strings.Builder
+	cpu := func(r Result) float64 { return r.SchedulerCPUPerPod }
+	work := []func(Result) float64{
+		func(r Result) float64 { return r.SchedulerAllocKBPerPod },
+		func(r Result) float64 { return r.SchedulerGCPer100Pods },
+		func(r Result) float64 { return r.SchedulerFilteredPerPod },
+	}
+	row := func(g *group) []float64 {
+		v := []float64{g.median(cpu)}
+		for _, f := range work {
+			v = append(v, g.median(f))
+		}
+		return v
+	}
+	for _, stock := range groups {
+		if stock.scenario != "wffc" || stock.scheduler != "stock" || stock.contender != ours {
+			continue
+		}
+		plugin := findGroup(groups, "wffc", "plugin", ours, stock.nodes)
+		if plugin == nil {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\n### Scheduler work per pod (B): stock kube-scheduler vs csi-topology-scheduler\n\n")
+			b.WriteString("CPU from /proc, medians with each rep in brackets; allocated KB, GC cycles per 100 pods and nodes filtered per pod from each scheduler's /metrics.\n\n")
+			b.WriteString("| nodes | scheduler | CPU ms/pod | allocated KB/pod | GC cycles/100 pods | nodes filtered/pod |\n|---|---|---|---|---|---|\n")
+		}
+		s, p := row(stock), row(plugin)
+		for _, g := range []struct {
+			name string
+			grp  *group
+			v    []float64
+		}{{"stock", stock, s}, {"plugin", plugin, p}} {
+			var reps []string
+			for _, r := range g.grp.runs {
+				reps = append(reps, num(r.SchedulerCPUPerPod))
+			}
+			fmt.Fprintf(&b, "| %d | %s | %s [%s] | %s | %s | %s |\n", stock.nodes, g.name, num(g.v[0]), strings.Join(reps, ", "),
+				num(g.v[1]), num(g.v[2]), num(g.v[3]))
+		}
+		cells := []string{}
+		for i := range s {
+			cells = append(cells, ratio(p[i], s[i]))
+		}
+		fmt.Fprintf(&b, "| %d | plugin / stock | %s |\n", stock.nodes, strings.Join(cells, " | "))
+	}
+	return b.String()
+}
+
+// ratio renders a / b, "" when b is 0.
+func ratio(a, b float64) string {
+	if b == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}

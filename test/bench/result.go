@@ -66,6 +66,11 @@ type Result struct {
 	// Scheduler ("stock" or "plugin") and its CPU per pod, wffc only.
 	Scheduler          string  `json:"scheduler,omitempty"`
 	SchedulerCPUPerPod float64 `json:"schedulerCpuMsPerPod,omitempty"`
+	// What the scheduler did per pod by its own /metrics (schedwork.go):
+	// KB its heap allocated, GC cycles per 100 pods, and nodes filtered.
+	SchedulerAllocKBPerPod  float64 `json:"schedulerAllocKBPerPod,omitempty"`
+	SchedulerGCPer100Pods   float64 `json:"schedulerGcPer100Pods,omitempty"`
+	SchedulerFilteredPerPod float64 `json:"schedulerFilteredPerPod,omitempty"`
 	// BackgroundClaims (node) are the claims of other nodes in the
 	// cluster, each bound to a PV; BackgroundSetup is how long creating
 	// them and their PVs took until all were Bound, in seconds (0 when an
