@@ -211,15 +211,12 @@ func (c *Counter) Limit(node string) (*int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	var csiNode *storagev1.CSINode
 	if ok {
-		if cn, ok := obj.(*storagev1.CSINode); ok {
-			for _, d := range cn.Spec.Drivers {
-				if d.Name == c.driver && d.Allocatable != nil && d.Allocatable.Count != nil {
-					n := int64(*d.Allocatable.Count)
-					return &n, nil
-				}
-			}
-		}
+		csiNode, _ = obj.(*storagev1.CSINode)
+	}
+	if limit, ok := c.csiNodeLimit(csiNode); ok {
+		return limit, nil
 	}
 	obj, ok, err = c.s.Nodes.GetByKey(node)
 	if err != nil {
@@ -229,11 +226,37 @@ func (c *Counter) Limit(node string) (*int64, error) {
 		return nil, apierrors.NewNotFound(v1.Resource("nodes"), node)
 	}
 	n, _ := obj.(*v1.Node)
-	if q, ok := n.Status.Allocatable[c.allocatable]; ok {
-		v := q.Value()
-		return &v, nil
+	return c.LimitOf(n, csiNode), nil
+}
+
+// LimitOf is Limit computed from the node's objects (csiNode may be nil):
+// for callers that hold them, such as a scheduler's per-node cache.
+func (c *Counter) LimitOf(node *v1.Node, csiNode *storagev1.CSINode) *int64 {
+	if limit, ok := c.csiNodeLimit(csiNode); ok {
+		return limit
 	}
-	return nil, nil
+	if node == nil {
+		return nil
+	}
+	if q, ok := node.Status.Allocatable[c.allocatable]; ok {
+		v := q.Value()
+		return &v
+	}
+	return nil
+}
+
+// csiNodeLimit is the driver entry's allocatable.count, if it has one.
+func (c *Counter) csiNodeLimit(csiNode *storagev1.CSINode) (*int64, bool) {
+	if csiNode == nil {
+		return nil, false
+	}
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name == c.driver && d.Allocatable != nil && d.Allocatable.Count != nil {
+			n := int64(*d.Allocatable.Count)
+			return &n, true
+		}
+	}
+	return nil, false
 }
 
 // Fits reports whether newVolumes more volumes of the driver fit on the

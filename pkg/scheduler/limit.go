@@ -27,9 +27,11 @@ func (s attachSlots) used() int { return s.attached + s.pending + s.inFlight }
 // in flight.
 func (c *Core) attachSlotsOf(pv *PodVolumes, node *v1.Node) (attachSlots, error) {
 	var s attachSlots
-	limit, err := c.counter.Limit(node.Name)
-	if err != nil || limit == nil {
-		return s, err
+	// The limit comes with the node's segment: computed once per version
+	// of its Node and CSINode, not read from the listers on every call.
+	limit := c.nodeSegment(node).limit
+	if limit == nil {
+		return s, nil
 	}
 	s.limit = limit
 	handles, pending, err := c.counter.Volumes(node.Name)

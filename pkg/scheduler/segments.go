@@ -24,7 +24,8 @@ import (
 //     the Node and CSINode objects it was computed from are the ones the
 //     caller and the CSINode lister hold. Informer caches replace an object
 //     on update and never change it in place, so pointer identity is the
-//     version check, and a hit costs two map reads.
+//     version check, and a hit costs two map reads. The entry also holds
+//     the node's attach limit, read from the same two objects.
 //   - PodVolumes.views keeps, for one pod (one cycle), what Filter and
 //     Score read of each segment's capacity: the objects' figures, the
 //     reservations in flight and the verdict. Nodes of one segment share
@@ -47,6 +48,9 @@ type nodeSegment struct {
 	seg string
 	// st says why the node has no segment.
 	st *Status
+	// limit is the node's attach limit for the driver (limits.Counter's
+	// LimitOf these objects), nil without one or without a counter.
+	limit *int64
 }
 
 // nodeSegments caches nodeSegment by node name. Safe for concurrent use.
@@ -90,6 +94,9 @@ func (c *Core) nodeSegment(node *v1.Node) *nodeSegment {
 		return ns
 	}
 	ns := &nodeSegment{node: node, csiNode: csiNode}
+	if c.counter != nil {
+		ns.limit = c.counter.LimitOf(node, csiNode)
+	}
 	keys, err := topology.DriverKeys(csiNode, c.cfg.Driver)
 	if err != nil {
 		ns.st = unresolvable(ReasonDriverNotRegistered, "CSI driver %s is not registered on node %s", c.cfg.Driver, node.Name)

@@ -10,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // TestNodeSegmentFollowsObjects: a node's cached segment is used while its
@@ -181,5 +182,49 @@ func TestCapacityViewPerNode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAttachLimitFollowsObjects: the attach limit cached with a node's
+// segment follows a new CSINode (its allocatable count) and, when the
+// CSINode has none, a new Node (its allocatable attachable-volumes-csi-*).
+func TestAttachLimitFollowsObjects(t *testing.T) {
+	w, c := limitWorld(t, 3) // n1 counts 2 volumes
+	n1 := node("n1", "z1")
+	filter := func(n *v1.Node) *Status {
+		t.Helper()
+		pv, err := c.PodVolumes(pod("p", "new1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Filter(pv, n)
+	}
+	if st := filter(n1); st != nil {
+		t.Fatalf("limit 3, 2 used: %v", st)
+	}
+	if err := w.csiNodes.Update(csiNode("n1", ptr.To[int32](2), driver)); err != nil {
+		t.Fatal(err)
+	}
+	if st := filter(n1); st == nil || st.Reason != ReasonVolumeLimitExceeded {
+		t.Errorf("CSINode limit lowered to 2: %v, want %s", st, ReasonVolumeLimitExceeded)
+	}
+
+	// No count in the CSINode: the Node's allocatable is the limit.
+	if err := w.csiNodes.Update(csiNode("n1", nil, driver)); err != nil {
+		t.Fatal(err)
+	}
+	withAllocatable := func(n int64) *v1.Node {
+		nd := node("n1", "z1")
+		nd.Status.Allocatable = v1.ResourceList{v1.ResourceName("attachable-volumes-csi-" + driver): *resource.NewQuantity(n, resource.DecimalSI)}
+		return nd
+	}
+	if st := filter(withAllocatable(2)); st == nil || st.Reason != ReasonVolumeLimitExceeded {
+		t.Errorf("Node allocatable 2: %v, want %s", st, ReasonVolumeLimitExceeded)
+	}
+	if st := filter(withAllocatable(5)); st != nil {
+		t.Errorf("Node allocatable 5: %v, want fit", st)
+	}
+	if st := filter(n1); st != nil {
+		t.Errorf("no limit anywhere: %v, want fit", st)
 	}
 }
