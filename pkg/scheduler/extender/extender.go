@@ -5,6 +5,7 @@
 package extender
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,8 +123,17 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 	}
 	names := nodeNames(args)
-	pv, err := s.core.PodVolumes(args.Pod)
+	pv, err := s.podVolumes(r.Context(), args.Pod)
 	switch {
+	case errors.Is(err, scheduler.ErrClaimNotFound):
+		// Not an error: kube-scheduler skips an ignorable extender that
+		// answers with one, and would place the pod with none of these
+		// checks. Every node fails, retriably: the pod is tried again.
+		for _, name := range names {
+			res.FailedNodes[name] = err.Error()
+		}
+		res.NodeNames = &[]string{}
+		s.logger.V(2).Info("Claim not in the extender's cache; every node rejected for now", "pod", klog.KObj(args.Pod), "err", err)
 	case err != nil:
 		res.Error = err.Error()
 	case pv == nil:
@@ -154,6 +164,28 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, res)
 	s.observe("filter", http.StatusOK, start)
+}
+
+// claimWait bounds how long filter waits for a claim of the pod that the
+// extender's informer has not received yet: the scheduler's own cache can
+// be ahead of it by a few milliseconds, more on a loaded control plane.
+var claimWait = time.Second
+
+// podVolumes is Core.PodVolumes, asked again every 50 ms for up to
+// claimWait while a claim of the pod is missing.
+func (s *Server) podVolumes(ctx context.Context, pod *v1.Pod) (*scheduler.PodVolumes, error) {
+	deadline := time.Now().Add(claimWait)
+	for {
+		pv, err := s.core.PodVolumes(pod)
+		if !errors.Is(err, scheduler.ErrClaimNotFound) || time.Now().After(deadline) {
+			return pv, err
+		}
+		select {
+		case <-ctx.Done():
+			return pv, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (s *Server) prioritize(w http.ResponseWriter, r *http.Request) {

@@ -2,12 +2,16 @@ package extender
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -150,5 +154,65 @@ func TestForeignPodPassesUntouched(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"a", "b"}, *res.NodeNames); diff != "" || len(res.FailedNodes) != 0 {
 		t.Errorf("foreign pod filtered: %s %v", diff, res.FailedNodes)
+	}
+}
+
+// missingClaimCore misses the pod's claim for its first misses calls (the
+// extender's claim informer behind the scheduler's), then passes every node.
+type missingClaimCore struct {
+	fakeCore
+	misses, calls *atomic.Int64
+}
+
+func (m missingClaimCore) PodVolumes(pod *v1.Pod) (*scheduler.PodVolumes, error) {
+	if m.calls.Add(1) <= m.misses.Load() {
+		return nil, fmt.Errorf("%w: ns/data", scheduler.ErrClaimNotFound)
+	}
+	return m.fakeCore.PodVolumes(pod)
+}
+
+// A claim the extender's cache has not received yet is waited for; one that
+// stays missing fails every node, retriably, and is never an error: an
+// ignorable extender's error makes kube-scheduler place the pod without it.
+func TestFilterMissingClaim(t *testing.T) {
+	old := claimWait
+	claimWait = 300 * time.Millisecond
+	t.Cleanup(func() { claimWait = old })
+	for _, tc := range []struct {
+		name   string
+		misses int64
+		fits   []string
+	}{
+		{name: "claim arrives while waiting", misses: 2, fits: []string{"a", "b"}},
+		{name: "claim still missing", misses: 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core := missingClaimCore{fakeCore: fakeCore{ours: true}, misses: &atomic.Int64{}, calls: &atomic.Int64{}}
+			core.misses.Store(tc.misses)
+			srv := server(t, core, "a", "b")
+			var res extenderv1.ExtenderFilterResult
+			if code := post(t, srv.URL+"/filter", args("a", "b"), &res); code != http.StatusOK {
+				t.Fatalf("status %d", code)
+			}
+			if res.Error != "" {
+				t.Errorf("error %q: an ignorable extender's error lets the pod through unchecked", res.Error)
+			}
+			if res.NodeNames == nil {
+				t.Fatal("no node names in the answer")
+			}
+			if diff := cmp.Diff(tc.fits, *res.NodeNames, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("fitting nodes (-want +got):\n%s", diff)
+			}
+			if len(tc.fits) == 0 {
+				for _, n := range []string{"a", "b"} {
+					if !strings.Contains(res.FailedNodes[n], "claim not found") {
+						t.Errorf("node %s: failure %q, want the missing claim", n, res.FailedNodes[n])
+					}
+				}
+				if len(res.FailedAndUnresolvableNodes) != 0 {
+					t.Errorf("unresolvable: %v, want retriable failures only", res.FailedAndUnresolvableNodes)
+				}
+			}
+		})
 	}
 }
