@@ -226,7 +226,7 @@ func (c *Counter) Limit(node string) (*int64, error) {
 		return nil, apierrors.NewNotFound(v1.Resource("nodes"), node)
 	}
 	n, _ := obj.(*v1.Node)
-	return c.LimitOf(n, csiNode), nil
+	return c.nodeLimit(n), nil
 }
 
 // LimitOf is Limit computed from the node's objects (csiNode may be nil):
@@ -235,6 +235,11 @@ func (c *Counter) LimitOf(node *v1.Node, csiNode *storagev1.CSINode) *int64 {
 	if limit, ok := c.csiNodeLimit(csiNode); ok {
 		return limit
 	}
+	return c.nodeLimit(node)
+}
+
+// nodeLimit is the Node's allocatable attachable-volumes-csi-<driver>.
+func (c *Counter) nodeLimit(node *v1.Node) *int64 {
 	if node == nil {
 		return nil
 	}
