@@ -222,26 +222,35 @@ func BenchmarkCycle(b *testing.B) {
 			w.add(b, w.capacities, capacity("fast", fmt.Sprintf("zone-%d", z), 1<<50))
 		}
 		w.add(b, w.claims, claim("new-1", "fast", gi), claim("new-2", "fast", gi))
-		c := w.core(b, nil)
 		p := pod("new", "new-1", "new-2")
-		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				pv, err := c.PodVolumes(p)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, n := range nodes {
-					if st := c.Filter(pv, n); st != nil {
-						b.Fatal(st)
-					}
-				}
-				for _, n := range nodes {
-					if s := c.Score(pv, n); s <= 0 {
-						b.Fatalf("score %d", s)
-					}
-				}
+		// csinodes=lister checks each cached segment against the CSINode
+		// lister (a Core from New); csinodes=events trusts it until a
+		// CSINode event (NewFromInformers, what the plugin and the
+		// extender run).
+		for _, mode := range []string{"lister", "events"} {
+			c := w.core(b, nil)
+			if mode == "events" {
+				c.TrackCSINodes()
 			}
-		})
+			b.Run(fmt.Sprintf("nodes=%d/csinodes=%s", size, mode), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					pv, err := c.PodVolumes(p)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, n := range nodes {
+						if st := c.Filter(pv, n); st != nil {
+							b.Fatal(st)
+						}
+					}
+					for _, n := range nodes {
+						if s := c.Score(pv, n); s <= 0 {
+							b.Fatalf("score %d", s)
+						}
+					}
+				}
+			})
+		}
 	}
 }

@@ -232,13 +232,6 @@ func usedBefore(vols []v1.Volume, claim string) bool {
 	return false
 }
 
-// driverKeys returns the driver's topology keys on the node, or a Status
-// when the driver is not registered there.
-func (c *Core) driverKeys(node *v1.Node) ([]string, *Status) {
-	ns := c.nodeSegment(node)
-	return ns.keys, ns.st
-}
-
 // segment returns the node's segment key for the driver, or a Status.
 func (c *Core) segment(node *v1.Node) (string, *Status) {
 	ns := c.nodeSegment(node)
@@ -258,16 +251,14 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 			}
 		}
 	}
-	if len(pv.Pending) == 0 {
-		// Bound volumes only: the node must still be able to mount them.
-		if _, st := c.driverKeys(node); st != nil {
-			return st
-		}
-		return c.filterLimit(pv, node)
-	}
 	ns := c.nodeSegment(node)
 	if ns.st != nil {
+		// Without a segment the node can mount no volume of the driver.
 		return ns.st
+	}
+	if len(pv.Pending) == 0 {
+		// Bound volumes only: the node must still be able to mount them.
+		return c.filterLimit(pv, node, ns)
 	}
 	if st := c.filterLiveness(node.Name); st != nil {
 		return st
@@ -280,7 +271,7 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 			return &Status{Reason: ReasonDataSourceUnreachable, Message: p.Source.Message, Unresolvable: true}
 		}
 	}
-	if st := c.filterLimit(pv, node); st != nil {
+	if st := c.filterLimit(pv, node, ns); st != nil {
 		return st
 	}
 	return c.filterCapacity(pv, node, ns)

@@ -28,6 +28,8 @@ import (
 //   - a deleted pod's reservations end, except those of claims that are
 //     selected for a node or bound in the claim informer (csi-provisioner
 //     still provisions them; their claim events end them);
+//   - a CSINode added, updated or deleted drops the node's cached segment
+//     (segments.go);
 //   - a Node added (or relabelled) and a CSINode added
 //     or updated re-observe the claims selected for that node, and a
 //     StorageClass of the driver added re-observes the selected claims of
@@ -83,9 +85,13 @@ func NewFromInformers(cfg Config, factory informers.SharedInformerFactory) (*Cor
 	if _, err := csiNodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    h.csiNodeChanged,
 		UpdateFunc: func(_, obj any) { h.csiNodeChanged(obj) },
+		DeleteFunc: h.csiNodeDeleted,
 	}); err != nil {
 		return nil, err
 	}
+	// Every CSINode event reaches CSINodeChanged: cached segments need not
+	// read the CSINode lister to stay current.
+	core.TrackCSINodes()
 	_, err = classes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: h.classAdded})
 	return core, err
 }
@@ -171,9 +177,21 @@ func (h handlers) nodeAdded(obj any) {
 	}
 }
 
+// csiNodeChanged drops the node's cached segment, then re-observes its
+// selected claims with the new CSINode.
 func (h handlers) csiNodeChanged(obj any) {
 	if n, ok := obj.(*storagev1.CSINode); ok {
+		h.core.CSINodeChanged(n.Name)
 		h.reobserve(n.Name)
+	}
+}
+
+func (h handlers) csiNodeDeleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if n, ok := obj.(*storagev1.CSINode); ok {
+		h.core.CSINodeChanged(n.Name)
 	}
 }
 

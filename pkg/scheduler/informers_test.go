@@ -247,3 +247,50 @@ func TestDeletionTombstones(t *testing.T) {
 		t.Errorf("after the claim's tombstone: %d reservations, want 0", got)
 	}
 }
+
+// TestNewFromInformersCSINodeEvents: a Core from NewFromInformers trusts
+// its cached segments between CSINode events, so each event (update,
+// delete, add) must reach Filter's next answer.
+func TestNewFromInformersCSINodeEvents(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	env := startInformers(ctx, t, false, claim("a", "fast", gi))
+	n0, err := env.factory.Core().V1().Nodes().Lister().Get("n0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := env.core.PodVolumes(pod("p", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	csiNodes := env.client.StorageV1().CSINodes()
+	waitFilter := func(what string, want Reason) {
+		t.Helper()
+		var st *Status
+		err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			st = env.core.Filter(pv, n0)
+			return (st == nil && want == "") || (st != nil && st.Reason == want), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: Filter says %v, want %q", what, st, want)
+		}
+	}
+	waitFilter("registered", "")
+	if _, err := csiNodes.Update(ctx, csiNode("n0", nil, "other.example.com"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFilter("driver gone from the CSINode", ReasonDriverNotRegistered)
+	if _, err := csiNodes.Update(ctx, csiNode("n0", nil, driver), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFilter("registered again", "")
+	if err := csiNodes.Delete(ctx, "n0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFilter("CSINode deleted", ReasonDriverNotRegistered)
+	if _, err := csiNodes.Create(ctx, csiNode("n0", nil, driver), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFilter("CSINode created", "")
+}

@@ -25,11 +25,12 @@ func (s attachSlots) used() int { return s.attached + s.pending + s.inFlight }
 // nothing is counted. Cost: the node's pods, attachments and pending claims
 // (package limits), plus the pod's volumes; independent of the reservations
 // in flight.
-func (c *Core) attachSlotsOf(pv *PodVolumes, node *v1.Node) (attachSlots, error) {
+func (c *Core) attachSlotsOf(pv *PodVolumes, node *v1.Node, ns *nodeSegment) (attachSlots, error) {
 	var s attachSlots
-	// The limit comes with the node's segment: computed once per version
-	// of its Node and CSINode, not read from the listers on every call.
-	limit := c.nodeSegment(node).limit
+	// The limit comes with the node's segment (ns, the caller's
+	// nodeSegment): computed once per version of its Node and CSINode, not
+	// read from the listers on every call.
+	limit := ns.limit
 	if limit == nil {
 		return s, nil
 	}
@@ -72,11 +73,11 @@ func (c *Core) handleOf(volume string) string {
 // filterLimit rejects the node when the pod's new volumes do not fit under
 // its attach limit. A bound volume the node already uses or has attached,
 // and a pending claim the node already counts, are not new.
-func (c *Core) filterLimit(pv *PodVolumes, node *v1.Node) *Status {
+func (c *Core) filterLimit(pv *PodVolumes, node *v1.Node, ns *nodeSegment) *Status {
 	if c.counter == nil {
 		return nil
 	}
-	s, err := c.attachSlotsOf(pv, node)
+	s, err := c.attachSlotsOf(pv, node, ns)
 	if err != nil {
 		return unresolvable(ReasonVolumeLimitExceeded, "counting volumes on node %s: %v", node.Name, err)
 	}

@@ -75,7 +75,7 @@ func (c *Core) headroomScore(pv *PodVolumes, node *v1.Node) float64 {
 	if c.counter == nil {
 		return 1
 	}
-	s, err := c.attachSlotsOf(pv, node)
+	s, err := c.attachSlotsOf(pv, node, c.nodeSegment(node))
 	switch {
 	case err != nil:
 		return 0

@@ -21,11 +21,14 @@ import (
 // the stock profile at 1 000 nodes. Two caches remove that work:
 //
 //   - nodeSegments keeps each node's segment across cycles, valid while
-//     the Node and CSINode objects it was computed from are the ones the
-//     caller and the CSINode lister hold. Informer caches replace an object
-//     on update and never change it in place, so pointer identity is the
-//     version check, and a hit costs two map reads. The entry also holds
-//     the node's attach limit, read from the same two objects.
+//     the Node object it was computed from is the one the caller holds and
+//     its CSINode has not changed. Informer caches replace an object on
+//     update and never change it in place, so pointer identity is the
+//     Node's version check. The CSINode's is either the same check against
+//     the CSINode lister's object (two map reads per hit) or, on a Core
+//     built by NewFromInformers, the CSINode event handler, which drops the
+//     node's entry: a hit is then one map read. The entry also holds the
+//     node's attach limit, read from the same two objects.
 //   - PodVolumes.views keeps, for one pod (one cycle), what Filter and
 //     Score read of each segment's capacity: the objects' figures, the
 //     reservations in flight and the verdict. Nodes of one segment share
@@ -57,23 +60,38 @@ type nodeSegment struct {
 type nodeSegments struct {
 	m sync.Map // node name -> *nodeSegment
 	n atomic.Int64
+	// tracked says that forget is called on every CSINode event: get then
+	// trusts an entry whose Node is current without reading the CSINode.
+	tracked atomic.Bool
+	// mu orders put after forget: epoch counts forget calls, and put
+	// stores an entry only if none happened since its computation began.
+	mu    sync.Mutex
+	epoch atomic.Uint64
 }
 
-// get returns the entry computed from exactly node and csiNode, nil when
-// there is none.
-func (s *nodeSegments) get(node *v1.Node, csiNode *storagev1.CSINode) *nodeSegment {
+// get returns the entry computed from exactly node and, unless tracked,
+// csiNode; nil when there is none.
+func (s *nodeSegments) get(node *v1.Node, csiNode *storagev1.CSINode, tracked bool) *nodeSegment {
 	e, ok := s.m.Load(node.Name)
 	if !ok {
 		return nil
 	}
 	ns := e.(*nodeSegment)
-	if ns.node != node || ns.csiNode != csiNode {
+	if ns.node != node || (!tracked && ns.csiNode != csiNode) {
 		return nil
 	}
 	return ns
 }
 
-func (s *nodeSegments) put(ns *nodeSegment) {
+// put stores ns, computed from objects read after epoch was since, unless
+// a node's CSINode changed since then (it may have been read before the
+// change: the next lookup computes it again).
+func (s *nodeSegments) put(ns *nodeSegment, since uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch.Load() != since {
+		return
+	}
 	if _, loaded := s.m.Swap(ns.node.Name, ns); loaded {
 		return
 	}
@@ -83,16 +101,50 @@ func (s *nodeSegments) put(ns *nodeSegment) {
 	}
 }
 
+// forget drops the node's entry: its CSINode was added, updated or
+// deleted. The informer has already stored the new object, so an entry
+// computed after this call reads it.
+func (s *nodeSegments) forget(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.epoch.Add(1)
+	if _, loaded := s.m.LoadAndDelete(node); loaded {
+		s.n.Add(-1)
+	}
+}
+
 // nodeSegment returns the node's segment for the driver, from the cache
 // when the node and its CSINode have not changed since it was computed.
 func (c *Core) nodeSegment(node *v1.Node) *nodeSegment {
-	csiNode, err := c.l.CSINodes.Get(node.Name)
-	if err != nil {
-		csiNode = nil
+	tracked := c.segments.tracked.Load()
+	var csiNode *storagev1.CSINode
+	if !tracked {
+		csiNode = c.csiNode(node.Name)
 	}
-	if ns := c.segments.get(node, csiNode); ns != nil {
+	if ns := c.segments.get(node, csiNode, tracked); ns != nil {
 		return ns
 	}
+	since := c.segments.epoch.Load()
+	if tracked {
+		csiNode = c.csiNode(node.Name)
+	}
+	ns := computeSegment(c, node, csiNode)
+	c.segments.put(ns, since)
+	return ns
+}
+
+// csiNode returns the node's CSINode from the lister, nil when it has none.
+func (c *Core) csiNode(node string) *storagev1.CSINode {
+	n, err := c.l.CSINodes.Get(node)
+	if err != nil {
+		return nil
+	}
+	return n
+}
+
+// computeSegment computes the node's segment for the driver from node and
+// its CSINode (nil when it has none).
+func computeSegment(c *Core, node *v1.Node, csiNode *storagev1.CSINode) *nodeSegment {
 	ns := &nodeSegment{node: node, csiNode: csiNode}
 	if c.counter != nil {
 		ns.limit = c.counter.LimitOf(node, csiNode)
@@ -100,7 +152,6 @@ func (c *Core) nodeSegment(node *v1.Node) *nodeSegment {
 	keys, err := topology.DriverKeys(csiNode, c.cfg.Driver)
 	if err != nil {
 		ns.st = unresolvable(ReasonDriverNotRegistered, "CSI driver %s is not registered on node %s", c.cfg.Driver, node.Name)
-		c.segments.put(ns)
 		return ns
 	}
 	ns.keys = keys
@@ -109,15 +160,23 @@ func (c *Core) nodeSegment(node *v1.Node) *nodeSegment {
 		v, ok := node.Labels[k]
 		if !ok {
 			ns.st = unresolvable(ReasonTopologyLabelMissing, "node %s has no label %s", node.Name, k)
-			c.segments.put(ns)
 			return ns
 		}
 		seg[k] = v
 	}
 	ns.seg = seg.String()
-	c.segments.put(ns)
 	return ns
 }
+
+// CSINodeChanged tells the Core that the node's CSINode was added, updated
+// or deleted. A Core whose owner calls it on every CSINode event (as
+// NewFromInformers's handlers do) should say so with TrackCSINodes.
+func (c *Core) CSINodeChanged(node string) { c.segments.forget(node) }
+
+// TrackCSINodes says that CSINodeChanged is called on every CSINode event
+// from now on, so a cached segment is trusted without reading the CSINode
+// lister. Call before use.
+func (c *Core) TrackCSINodes() { c.segments.tracked.Store(true) }
 
 // KeySetSource is implemented by a CapacitySource that can tell which node
 // labels its answers for a class depend on (NewCapacitySource's does).
@@ -184,11 +243,14 @@ func (s *segmentScope) sharedBy(c *Core, pv *PodVolumes, keys []string) bool {
 // is ns: shared by the segment's nodes for this pod when sharedBy says so.
 // Callers check that capacity is tracked and the pod has pending claims.
 func (c *Core) capacityView(pv *PodVolumes, node *v1.Node, ns *nodeSegment) *capacityView {
-	if !pv.scope.sharedBy(c, pv, ns.keys) {
-		return c.computeView(pv, node.Labels, ns.seg)
-	}
+	// A view is stored only for a segment whose nodes share it, and the
+	// segment's key names its topology keys: a stored view needs no
+	// sharedBy check.
 	if v, ok := pv.views.Load(ns.seg); ok {
 		return v.(*capacityView)
+	}
+	if !pv.scope.sharedBy(c, pv, ns.keys) {
+		return c.computeView(pv, node.Labels, ns.seg)
 	}
 	v, _ := pv.views.LoadOrStore(ns.seg, c.computeView(pv, node.Labels, ns.seg))
 	return v.(*capacityView)

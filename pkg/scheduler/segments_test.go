@@ -228,3 +228,55 @@ func TestAttachLimitFollowsObjects(t *testing.T) {
 		t.Errorf("no limit anywhere: %v, want fit", st)
 	}
 }
+
+// TestTrackedSegmentFollowsCSINodeEvents: on a Core told that every CSINode
+// event reaches CSINodeChanged, a cached segment is trusted without reading
+// the CSINode lister, dropped by CSINodeChanged, and an entry computed
+// before a CSINodeChanged (from the CSINode it replaced) is not stored.
+func TestTrackedSegmentFollowsCSINodeEvents(t *testing.T) {
+	w := newWorld(t)
+	withCounterIndexes(t, w)
+	w.add(t, w.classes, class("fast"))
+	n1 := node("n1", "z1")
+	w.add(t, w.nodes, n1)
+	w.add(t, w.csiNodes, csiNode("n1", nil, driver))
+	w.add(t, w.capacities, capacity("fast", "z1", 10*gi))
+	w.add(t, w.claims, claim("a", "fast", gi))
+	c := w.core(t, nil)
+	c.TrackCSINodes()
+	pv, err := c.PodVolumes(pod("p", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Filter(pv, n1); st != nil {
+		t.Fatalf("registered driver: %v", st)
+	}
+
+	// The CSINode changes but its event has not been handled yet: the
+	// cached segment stands (the lister is not read).
+	if err := w.csiNodes.Update(csiNode("n1", nil, "other.example.com")); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Filter(pv, n1); st != nil {
+		t.Fatalf("before the CSINode event: %v, want the cached segment", st)
+	}
+	c.CSINodeChanged("n1")
+	if st := c.Filter(pv, n1); st == nil || st.Reason != ReasonDriverNotRegistered {
+		t.Fatalf("after the CSINode event: %v, want %s", st, ReasonDriverNotRegistered)
+	}
+
+	// An entry whose computation began before an event is not cached.
+	if err := w.csiNodes.Update(csiNode("n1", nil, driver)); err != nil {
+		t.Fatal(err)
+	}
+	since := c.segments.epoch.Load()
+	stale := computeSegment(c, n1, csiNode("n1", nil, "other.example.com"))
+	c.CSINodeChanged("n1")
+	c.segments.put(stale, since)
+	if ns := c.nodeSegment(n1); ns == stale || ns.st != nil {
+		t.Fatalf("entry computed before the event was cached: %+v", ns)
+	}
+	if got := c.segments.n.Load(); got != 1 {
+		t.Errorf("%d entries counted for one node", got)
+	}
+}
