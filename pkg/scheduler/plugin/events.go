@@ -113,21 +113,29 @@ func (p *Plugin) afterVolumeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj any)
 }
 
 // afterCSINodeChange queues the pod when the driver's entry of a CSINode
-// appears, changes (keys, attach limit) or goes.
+// appears, changes (keys, attach limit) or goes. Before it queues the pod
+// it drops the node's cached segment itself: the Core's own CSINode handler
+// is another listener of the informer and may run after the pod's next
+// cycle, which would then reject the node again on the old entry.
 func (p *Plugin) afterCSINodeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	now, err := objects[*storagev1.CSINode](nil, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
 	entry := driverEntry(now, p.core.Driver())
-	if oldObj == nil {
-		return hint(entry != nil), nil
+	changed := entry != nil
+	if oldObj != nil {
+		before, err := objects[*storagev1.CSINode](nil, oldObj)
+		if err != nil {
+			p.core.CSINodeChanged(now.Name)
+			return fwk.Queue, err
+		}
+		changed = !apiequality.Semantic.DeepEqual(entry, driverEntry(before, p.core.Driver()))
 	}
-	before, err := objects[*storagev1.CSINode](nil, oldObj)
-	if err != nil {
-		return fwk.Queue, err
+	if changed {
+		p.core.CSINodeChanged(now.Name)
 	}
-	return hint(!apiequality.Semantic.DeepEqual(entry, driverEntry(before, p.core.Driver()))), nil
+	return hint(changed), nil
 }
 
 func driverEntry(n *storagev1.CSINode, driver string) *storagev1.CSINodeDriver {

@@ -140,3 +140,51 @@ func TestQueueingHints(t *testing.T) {
 		})
 	}
 }
+
+// TestCSINodeHintDropsSegment: the CSINode hint drops the node's cached
+// segment before it queues the pod, so the pod's next cycle reads the new
+// entry even if the Core's own CSINode handler has not run yet.
+func TestCSINodeHintDropsSegment(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: driver,
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	claim := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data"},
+		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("fast")}}
+	other := storagev1.CSINodeDriver{Name: "other.example.com", NodeID: "n1"}
+	entry := storagev1.CSINodeDriver{Name: driver, NodeID: "n1", TopologyKeys: []string{"zone"}}
+	csiNode := func(drivers ...storagev1.CSINodeDriver) *storagev1.CSINode {
+		return &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: storagev1.CSINodeSpec{Drivers: drivers}}
+	}
+	csiNodes := storeOf(t, csiNode(other))
+	core, err := scheduler.New(scheduler.Config{Driver: driver}, scheduler.Listers{
+		Claims:   corelisters.NewPersistentVolumeClaimLister(storeOf(t, claim)),
+		Volumes:  corelisters.NewPersistentVolumeLister(storeOf(t)),
+		Classes:  storagelisters.NewStorageClassLister(storeOf(t, class)),
+		CSINodes: storagelisters.NewCSINodeLister(csiNodes),
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core.TrackCSINodes()
+	p := &Plugin{core: core}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "d",
+		VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}}
+	n1 := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"zone": "z1"}}}
+	pv, err := core.PodVolumes(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := core.Filter(pv, n1); st == nil || st.Reason != scheduler.ReasonDriverNotRegistered {
+		t.Fatalf("before the driver registers: %v, want %s", st, scheduler.ReasonDriverNotRegistered)
+	}
+	registered := csiNode(other, entry)
+	if err := csiNodes.Update(registered); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := p.afterCSINodeChange(logger, pod, csiNode(other), registered); err != nil || h != fwk.Queue {
+		t.Fatalf("hint %v, %v; want Queue", h, err)
+	}
+	if st := core.Filter(pv, n1); st != nil {
+		t.Errorf("after the hint: %v, want the node to fit", st)
+	}
+}
