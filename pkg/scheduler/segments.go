@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -45,42 +46,68 @@ const maxCachedSegments = 1 << 15
 type nodeSegment struct {
 	node    *v1.Node
 	csiNode *storagev1.CSINode
-	// keys are the driver's topology keys on the node, sorted.
+	// keys are the driver's topology keys on the node, sorted; shared by
+	// the entries of nodes with the same keys.
 	keys []string
-	// seg is the segment's key (topology.Segment.String), when st is nil.
+	// seg is the segment's key (topology.Segment.String), when st is nil;
+	// shared by the entries of the segment's nodes.
 	seg string
 	// st says why the node has no segment.
 	st *Status
 	// limit is the node's attach limit for the driver (limits.Counter's
 	// LimitOf these objects), nil without one or without a counter.
 	limit *int64
+	// dropped is set when the node's CSINode changed (forget).
+	dropped atomic.Bool
 }
 
 // nodeSegments caches nodeSegment by node name. Safe for concurrent use.
+//
+// Filter and Score read it for hundreds of nodes per pod, and at 5 000
+// nodes what they touch of it is cold: a read is one lookup in a plain map
+// that is never written (snap, swapped whole), with no lock. New entries
+// go to dirty, which a read consults under mu only when snap has no valid
+// entry, and are merged into a new snap once dirty holds a quarter of
+// snap's size (at start-up, the first cycles fill the cache in O(nodes)
+// copies overall).
 type nodeSegments struct {
-	m sync.Map // node name -> *nodeSegment
-	n atomic.Int64
+	snap atomic.Pointer[map[string]*nodeSegment]
 	// tracked says that forget is called on every CSINode event: get then
 	// trusts an entry whose Node is current without reading the CSINode.
 	tracked atomic.Bool
-	// mu orders put after forget: epoch counts forget calls, and put
-	// stores an entry only if none happened since its computation began.
+	// mu guards dirty and orders put after forget: epoch counts forget
+	// calls, and put stores an entry only if none happened since its
+	// computation began.
 	mu    sync.Mutex
+	dirty map[string]*nodeSegment
 	epoch atomic.Uint64
+	// shared interns keys and seg across entries, under mu.
+	shared map[string]*nodeSegment
 }
+
+// mergeEvery is the least size of dirty that is merged into snap.
+const mergeEvery = 64
 
 // get returns the entry computed from exactly node and, unless tracked,
 // csiNode; nil when there is none.
 func (s *nodeSegments) get(node *v1.Node, csiNode *storagev1.CSINode, tracked bool) *nodeSegment {
-	e, ok := s.m.Load(node.Name)
-	if !ok {
-		return nil
+	if m := s.snap.Load(); m != nil {
+		if ns := (*m)[node.Name]; ns.validFor(node, csiNode, tracked) {
+			return ns
+		}
 	}
-	ns := e.(*nodeSegment)
-	if ns.node != node || (!tracked && ns.csiNode != csiNode) {
-		return nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ns := s.dirty[node.Name]; ns.validFor(node, csiNode, tracked) {
+		return ns
 	}
-	return ns
+	return nil
+}
+
+// validFor reports whether ns (maybe nil) was computed from node and, unless
+// tracked, csiNode, and its CSINode has not changed since.
+func (ns *nodeSegment) validFor(node *v1.Node, csiNode *storagev1.CSINode, tracked bool) bool {
+	return ns != nil && ns.node == node && !ns.dropped.Load() && (tracked || ns.csiNode == csiNode)
 }
 
 // put stores ns, computed from objects read after epoch was since, unless
@@ -92,13 +119,53 @@ func (s *nodeSegments) put(ns *nodeSegment, since uint64) {
 	if s.epoch.Load() != since {
 		return
 	}
-	if _, loaded := s.m.Swap(ns.node.Name, ns); loaded {
+	s.intern(ns)
+	if s.dirty == nil {
+		s.dirty = map[string]*nodeSegment{}
+	}
+	s.dirty[ns.node.Name] = ns
+	var snap map[string]*nodeSegment
+	if m := s.snap.Load(); m != nil {
+		snap = *m
+	}
+	if len(s.dirty) < max(mergeEvery, len(snap)/4) {
 		return
 	}
-	if s.n.Add(1) > maxCachedSegments {
-		s.m.Clear()
-		s.n.Store(0)
+	size := len(snap) + len(s.dirty)
+	if size > maxCachedSegments {
+		snap, size = nil, len(s.dirty)
 	}
+	next := make(map[string]*nodeSegment, size)
+	for name, e := range snap {
+		if !e.dropped.Load() {
+			next[name] = e
+		}
+	}
+	for name, e := range s.dirty {
+		next[name] = e
+	}
+	s.snap.Store(&next)
+	s.dirty = nil
+	if len(s.shared) > maxCachedSegments {
+		s.shared = nil
+	}
+}
+
+// intern has ns share keys and seg with an earlier entry of its segment,
+// so that the nodes of one segment do not each hold their own copies.
+// Called under mu.
+func (s *nodeSegments) intern(ns *nodeSegment) {
+	if ns.st != nil {
+		return
+	}
+	if e, ok := s.shared[ns.seg]; ok && slices.Equal(e.keys, ns.keys) {
+		ns.keys, ns.seg = e.keys, e.seg
+		return
+	}
+	if s.shared == nil {
+		s.shared = map[string]*nodeSegment{}
+	}
+	s.shared[ns.seg] = ns
 }
 
 // forget drops the node's entry: its CSINode was added, updated or
@@ -108,8 +175,14 @@ func (s *nodeSegments) forget(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.epoch.Add(1)
-	if _, loaded := s.m.LoadAndDelete(node); loaded {
-		s.n.Add(-1)
+	if ns := s.dirty[node]; ns != nil {
+		ns.dropped.Store(true)
+		delete(s.dirty, node)
+	}
+	if m := s.snap.Load(); m != nil {
+		if ns := (*m)[node]; ns != nil {
+			ns.dropped.Store(true)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -276,7 +277,52 @@ func TestTrackedSegmentFollowsCSINodeEvents(t *testing.T) {
 	if ns := c.nodeSegment(n1); ns == stale || ns.st != nil {
 		t.Fatalf("entry computed before the event was cached: %+v", ns)
 	}
-	if got := c.segments.n.Load(); got != 1 {
-		t.Errorf("%d entries counted for one node", got)
+	if again := c.nodeSegment(n1); again != c.nodeSegment(n1) {
+		t.Errorf("the recomputed entry is not cached")
+	}
+}
+
+// TestNodeSegmentsStore: entries stay readable across the merges of dirty
+// into snap, a forgotten entry is gone from both, an entry computed before
+// a forget is refused, and the nodes of one segment share its keys and key.
+func TestNodeSegmentsStore(t *testing.T) {
+	var s nodeSegments
+	nodes := make([]*v1.Node, 1000)
+	for i := range nodes {
+		nodes[i] = node(fmt.Sprintf("n%d", i), fmt.Sprintf("z%d", i%3))
+		seg := topologySegment(fmt.Sprintf("z%d", i%3))
+		s.put(&nodeSegment{node: nodes[i], keys: []string{"topology.example.com/zone"}, seg: strings.Clone(seg)}, 0)
+	}
+	if m := s.snap.Load(); m == nil || len(*m)+len(s.dirty) != len(nodes) || len(s.dirty) >= len(*m) {
+		t.Fatalf("snap and dirty after %d puts: %v, %d", len(nodes), m != nil, len(s.dirty))
+	}
+	first := s.get(nodes[0], nil, true)
+	for i, n := range nodes {
+		ns := s.get(n, nil, true)
+		if ns == nil || ns.node != n {
+			t.Fatalf("%s: entry %+v", n.Name, ns)
+		}
+		if i%3 == 0 && (&ns.keys[0] != &first.keys[0] || unsafe.StringData(ns.seg) != unsafe.StringData(first.seg)) {
+			t.Errorf("%s does not share its segment's keys and key with %s", n.Name, nodes[0].Name)
+		}
+	}
+	if s.get(node("n1", "z1"), nil, true) != nil {
+		t.Error("an entry is returned for another Node object of the same name")
+	}
+
+	since := s.epoch.Load()
+	s.forget("n5")
+	if s.get(nodes[5], nil, true) != nil {
+		t.Error("n5 is still cached after forget")
+	}
+	s.put(&nodeSegment{node: nodes[5]}, since)
+	if s.get(nodes[5], nil, true) != nil {
+		t.Error("an entry computed before forget was stored")
+	}
+	for i := 0; i < 2*mergeEvery+len(nodes)/4; i++ {
+		s.put(&nodeSegment{node: node(fmt.Sprintf("m%d", i), "z0"), st: &Status{}}, s.epoch.Load())
+	}
+	if m := s.snap.Load(); (*m)["n5"] != nil || s.get(nodes[6], nil, true) == nil {
+		t.Errorf("after a merge: n5 %v, n6 %v", (*m)["n5"], s.get(nodes[6], nil, true))
 	}
 }
