@@ -9,22 +9,22 @@ import (
 )
 
 // TestBenchSmoke runs the smallest benchmark (3 nodes, 5 claims, one rep of
-// backlog, delete, wffc with both schedulers, and node with 20 background
-// claims) so that the harness cannot rot: every figure it reports must be
+// backlog, delete, burst, wffc with both schedulers, and node with 20
+// background claims) so that the harness cannot rot: every figure it reports must be
 // there and every check must pass. It asserts no timing.
 func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
 	_, ctx := ktesting.NewTestContext(t)
-	opts := Options{Sizes: []int{3}, Scenarios: []string{"backlog", "delete", "wffc", "node"}, Claims: 5, BackgroundClaims: 20, Reps: 1,
+	opts := Options{Sizes: []int{3}, Scenarios: []string{"backlog", "delete", "burst", "wffc", "node"}, Claims: 5, BackgroundClaims: 20, Reps: 1,
 		BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
 	report, err := Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(report.Runs) != 5 {
-		t.Fatalf("%d runs, want backlog, delete, wffc with each scheduler, and node", len(report.Runs))
+	if len(report.Runs) != 6 {
+		t.Fatalf("%d runs, want backlog, delete, burst, wffc with each scheduler, and node", len(report.Runs))
 	}
 	for _, r := range report.Runs {
 		if len(r.Failures) > 0 {
@@ -34,11 +34,11 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("%s: figures missing: %+v", r.Scenario, r)
 		}
 	}
-	backlog, del, node := report.Runs[0], report.Runs[1], report.Runs[4]
-	for _, r := range report.Runs[2:4] {
+	backlog, del, burst, node := report.Runs[0], report.Runs[1], report.Runs[2], report.Runs[5]
+	for _, r := range report.Runs[3:5] {
 		// Rep 1 runs the stock scheduler first.
 		if r.Scenario != "wffc" {
-			t.Fatalf("runs 3 and 4 are %s, want wffc", r.Scenario)
+			t.Fatalf("runs 4 and 5 are %s, want wffc", r.Scenario)
 		}
 		// Each scheduler filtered the 3 nodes for each pod at least once, and
 		// allocated something doing it.
@@ -47,8 +47,14 @@ func TestBenchSmoke(t *testing.T) {
 				r.SchedulerCPUPerPod, r.SchedulerAllocKBPerPod, r.SchedulerFilteredPerPod)
 		}
 	}
-	if report.Runs[2].Scheduler != "stock" || report.Runs[3].Scheduler != "plugin" {
-		t.Errorf("wffc rep 1 ran %s then %s, want stock then plugin", report.Runs[2].Scheduler, report.Runs[3].Scheduler)
+	if report.Runs[3].Scheduler != "stock" || report.Runs[4].Scheduler != "plugin" {
+		t.Errorf("wffc rep 1 ran %s then %s, want stock then plugin", report.Runs[3].Scheduler, report.Runs[4].Scheduler)
+	}
+	// The burst runs a provisioner at its default flags: its own PV creates
+	// only, and a start-up of its own.
+	if burst.Scenario != "burst" || burst.Requests["create persistentvolumes"] != 5 || burst.Startup <= 0 {
+		t.Errorf("burst: scenario %q, %d PV creates by the provisioner (want 5), start-up %v s (requests: %v)",
+			burst.Scenario, burst.Requests["create persistentvolumes"], burst.Startup, burst.Requests)
 	}
 	if got := backlog.Requests["create persistentvolumes"]; got != 5 {
 		t.Errorf("backlog: the audit log has %d PV creates by the provisioner, want 5 (requests: %v)", got, backlog.Requests)
