@@ -81,8 +81,17 @@ type nodeSegments struct {
 	mu    sync.Mutex
 	dirty map[string]*nodeSegment
 	epoch atomic.Uint64
-	// shared interns keys and seg across entries, under mu.
-	shared map[string]*nodeSegment
+	// shared interns keys and seg across entries, under mu. It holds
+	// the strings only: an entry would keep its Node and CSINode objects
+	// alive after the informers replaced them (with a per-node topology
+	// key, one stale Node per node).
+	shared map[string]sharedSegment
+}
+
+// sharedSegment is a segment's key and topology keys, as entries share them.
+type sharedSegment struct {
+	seg  string
+	keys []string
 }
 
 // mergeEvery is the least size of dirty that is merged into snap.
@@ -163,9 +172,9 @@ func (s *nodeSegments) intern(ns *nodeSegment) {
 		return
 	}
 	if s.shared == nil {
-		s.shared = map[string]*nodeSegment{}
+		s.shared = map[string]sharedSegment{}
 	}
-	s.shared[ns.seg] = ns
+	s.shared[ns.seg] = sharedSegment{seg: ns.seg, keys: ns.keys}
 }
 
 // forget drops the node's entry: its CSINode was added, updated or
