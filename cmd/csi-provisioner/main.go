@@ -134,7 +134,7 @@ func run(ctx context.Context, cfg config) error {
 	cc.Provisioner.SupportsModify = info.SupportsModify
 	cc.Provisioner.SupportsAttach = info.SupportsAttach
 	cc.Provisioner.IgnoreAttributesClasses = !cfg.featureGates.enabled("VolumeAttributesClass")
-	if cc.Sources, err = sourcesConfig(ctx, cfg, info, clients.Work, restCfg); err != nil {
+	if cc.Sources, err = sourcesConfig(cfg, info, restCfg, cfg.nodeDeployment); err != nil {
 		return err
 	}
 	var ctrl *provisioner.Controller

@@ -1,46 +1,37 @@
 package main
 
 import (
-	"context"
+	"time"
 
 	snapclientset "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
-// sourcesConfig finds out which data-source APIs the cluster serves:
-// snapshot support is off (one log line) without the VolumeSnapshot CRDs or
-// without the driver's CREATE_DELETE_SNAPSHOT, VolumeAttributesClass
-// support without storage.k8s.io/v1 VolumeAttributesClass.
-func sourcesConfig(ctx context.Context, cfg config, info provisioner.DriverInfo, client kubernetes.Interface, restCfg *rest.Config) (provisioner.SourcesConfig, error) {
-	logger := klog.FromContext(ctx)
-	sc := provisioner.SourcesConfig{ProtectionWorkers: int(cfg.cloningProtectionThreads)}
-	if info.SupportsSnapshot {
-		served, err := provisioner.SnapshotAPIServed(client)
-		if err != nil {
-			return sc, err
-		}
-		if served {
-			c := rest.CopyConfig(restCfg)
-			c.QPS, c.Burst, c.UserAgent = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst, "csi-provisioner-snapshots/"+version
-			if sc.Snapshots, err = snapclientset.NewForConfig(c); err != nil {
-				return sc, err
-			}
-		} else {
-			logger.Info("The API serves no snapshot.storage.k8s.io/v1 VolumeSnapshot (CRDs not installed): claims restoring a snapshot are refused")
-		}
+// nodeProbeInterval spaces the probes of a missing optional API in a node
+// deployment, where every node's instance probes: 5 000 nodes probing each
+// minute would send the API server 80 requests a second.
+const nodeProbeInterval = 5 * time.Minute
+
+// sourcesConfig says which data-source APIs csi-provisioner follows:
+// VolumeSnapshots when the driver has CREATE_DELETE_SNAPSHOT,
+// VolumeAttributesClasses when their feature gate is on. Whether the
+// cluster serves them, and whether RBAC lets this process read them, is
+// found out while running (optional APIs, picked up when they appear), not
+// here.
+func sourcesConfig(cfg config, info provisioner.DriverInfo, restCfg *rest.Config, nodeDeployment bool) (provisioner.SourcesConfig, error) {
+	sc := provisioner.SourcesConfig{ProtectionWorkers: int(cfg.cloningProtectionThreads),
+		AttributesClasses: cfg.featureGates.enabled("VolumeAttributesClass")}
+	if nodeDeployment {
+		sc.ProbeInterval = nodeProbeInterval
 	}
-	if cfg.featureGates.enabled("VolumeAttributesClass") {
-		served, err := provisioner.AttributesClassAPIServed(client)
-		if err != nil {
+	if info.SupportsSnapshot {
+		c := rest.CopyConfig(restCfg)
+		c.QPS, c.Burst, c.UserAgent = float32(cfg.kubeAPIQPS), cfg.kubeAPIBurst, "csi-provisioner-snapshots/"+version
+		var err error
+		if sc.Snapshots, err = snapclientset.NewForConfig(c); err != nil {
 			return sc, err
-		}
-		sc.AttributesClasses = served
-		if !served {
-			logger.Info("The API serves no storage.k8s.io/v1 VolumeAttributesClass (Kubernetes before 1.34): claims naming one are refused")
 		}
 	}
 	return sc, nil

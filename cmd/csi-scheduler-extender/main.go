@@ -68,7 +68,8 @@ func parseFlags(args []string) (config, error) {
 	fs.Int64Var(&c.weights.VolumeHeadroom, "volume-headroom-weight", scheduler.DefaultScoreWeights().VolumeHeadroom,
 		"Weight of the attach slots left on the node in the node score.")
 	fs.BoolVar(&c.heartbeat, "driver-heartbeat", true, "Filter out, for pods with pending WaitForFirstConsumer claims of the driver, nodes whose driver heartbeat Lease (renewed by csi-node-publisher while the driver answers Probe) has expired. Nodes without such a Lease are never filtered out for it.")
-	fs.StringVar(&c.heartbeatNS, "heartbeat-namespace", "", "Namespace of the driver heartbeat Leases (csi-node-publisher's --lease-namespace); empty means all namespaces, which needs list and watch on Leases cluster-wide.")
+	fs.StringVar(&c.heartbeatNS, "heartbeat-namespace", kubeclient.PodNamespace(kubeclient.ServiceAccountNamespaceFile),
+		"Namespace of the driver heartbeat Leases (csi-node-publisher's --lease-namespace). Default: $NAMESPACE, else the extender's own pod namespace, as the shipped RBAC grants; empty (outside a pod, or set so) means all namespaces, which needs list and watch on Leases cluster-wide. While the Leases may not be listed, every node counts as live, and the extender says so once in its log.")
 	fs.BoolVar(&c.enablePprof, "enable-pprof", false, "Serve Go profiling (net/http/pprof) under /debug/pprof/ on --http-endpoint (never on --listen).")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
@@ -170,12 +171,12 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	// nil when VolumeSnapshots are not served: the snapshot rule is off.
-	snapFactory, snapshots, err := scheduler.SnapshotInformer(ctx, snapClient)
-	if err != nil {
-		return err
-	}
-	core.SetSnapshots(snapshots)
+	// Optional APIs: followed from the start, picked up whenever they
+	// appear (snapshot CRDs installed later, a Role granted later); the
+	// extender serves without them meanwhile.
+	snaps := scheduler.SnapshotInformer(snapClient)
+	core.SetSnapshots(snaps.Source)
+	go snaps.API.Run(ctx)
 	if cfg.heartbeat {
 		// A factory of its own: only the heartbeat Leases, never all Leases.
 		hbFactory, _, liveness, err := scheduler.HeartbeatInformer(client, cfg.heartbeatNS)
@@ -183,28 +184,14 @@ func run(ctx context.Context, cfg config) error {
 			return err
 		}
 		core.SetLiveness(liveness)
-		hbFactory.Start(ctx.Done())
+		go scheduler.HeartbeatAPI(client, cfg.heartbeatNS, hbFactory).Run(ctx)
 		defer hbFactory.Shutdown()
-		for typ, ok := range hbFactory.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("informer cache for %v did not sync", typ)
-			}
-		}
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer cache for %v did not sync", typ)
-		}
-	}
-	if snapFactory != nil {
-		snapFactory.Start(ctx.Done())
-		defer snapFactory.Shutdown()
-		for typ, ok := range snapFactory.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("informer cache for %v did not sync", typ)
-			}
 		}
 	}
 

@@ -340,9 +340,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("segment index did not sync")
 	}
 	defer c.sources.broadcast.Shutdown()
-	if err := c.sources.start(ctx); err != nil {
-		return err
-	}
+	c.sources.start(ctx)
 	work := func(ctx context.Context) {
 		go c.sources.protection.Run(ctx)
 		if c.claimer != nil {

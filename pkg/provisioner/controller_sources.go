@@ -2,46 +2,55 @@ package provisioner
 
 import (
 	"context"
-	"fmt"
+	"time"
 
 	snapclientset "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
 )
 
-// SourcesConfig says which data-source APIs the cluster serves; see
-// ControllerConfig.Sources.
+// SourcesConfig says which data-source APIs csi-provisioner follows; see
+// ControllerConfig.Sources. Both are optional APIs (internal/optionalapi):
+// they are probed until the API serves them and this client may read them,
+// and only then are their informers started, so that the snapshot CRDs
+// (an add-on often installed after the driver) and a Role granted later are
+// picked up without a restart, and no cache sync waits on them.
 type SourcesConfig struct {
-	// Snapshots is the VolumeSnapshot client; nil when the cluster has no
-	// snapshot.storage.k8s.io/v1 API (claims restoring a snapshot are then
-	// refused).
+	// Snapshots is the VolumeSnapshot client; nil when the driver cannot
+	// restore snapshots (claims restoring one are then refused).
 	Snapshots snapclientset.Interface
-	// AttributesClasses says that the API serves storage.k8s.io/v1
-	// VolumeAttributesClass (claims naming one are refused otherwise).
+	// AttributesClasses says that claims naming a VolumeAttributesClass
+	// are served (the VolumeAttributesClass feature gate).
 	AttributesClasses bool
 	// ProtectionWorkers is the number of sources whose finalizer is checked
 	// at once (upstream's --cloning-protection-threads). Default 1.
 	ProtectionWorkers int
+	// ProbeInterval bounds the time between two probes of a missing
+	// optional API (optionalapi.Config.MaxInterval); a claim that needs the
+	// API probes it at once. Default 1m.
+	ProbeInterval time.Duration
 }
 
 // sourceWiring is what NewController wires for data sources.
 type sourceWiring struct {
 	sources    Sources
-	snapshots  *SnapshotInformers
 	broadcast  record.EventBroadcaster
 	protection *SourceProtection
+	// apis are the optional APIs to follow (Sources.SnapshotAPI,
+	// Sources.AttributesClassAPI), run by start.
+	apis []*optionalapi.API
 }
 
 // wireSources registers the informers, listers and the protection
-// controller of data sources and VolumeAttributesClasses on factory (not
-// started yet).
+// controller of data sources, and the optional APIs of VolumeSnapshots and
+// VolumeAttributesClasses (not started yet).
 func wireSources(ctx context.Context, cfg ControllerConfig, clients Clients, factory informers.SharedInformerFactory) (*sourceWiring, error) {
 	w := &sourceWiring{}
 	claims := factory.Core().V1().PersistentVolumeClaims()
@@ -51,12 +60,29 @@ func wireSources(ctx context.Context, cfg ControllerConfig, clients Clients, fac
 		Workers: cfg.Sources.ProtectionWorkers}
 	if c := cfg.Sources.Snapshots; c != nil {
 		si := NewSnapshotInformers(c, cfg.ResyncPeriod)
-		w.snapshots = &si
 		w.sources.Snapshots, w.sources.SnapshotContents = si.SnapshotLister(), si.ContentLister()
 		pc.Snapshots, pc.SnapshotLister, pc.SnapshotClient = si.Snapshots, si.SnapshotLister(), c.SnapshotV1()
+		w.sources.SnapshotAPI = snapshotAPI(c, si, cfg.Sources.ProbeInterval)
+		pc.SnapshotAPI = w.sources.SnapshotAPI
+		w.apis = append(w.apis, w.sources.SnapshotAPI)
 	}
 	if cfg.Sources.AttributesClasses {
-		w.sources.AttributesClasses = factory.Storage().V1().VolumeAttributesClasses().Lister()
+		// A factory of its own: its cache sync must not hold up the others.
+		vf := informers.NewSharedInformerFactory(clients.Work, cfg.ResyncPeriod)
+		inf := vf.Storage().V1().VolumeAttributesClasses()
+		w.sources.AttributesClasses = inf.Lister()
+		w.sources.AttributesClassAPI = optionalapi.New(optionalapi.Config{
+			What:    "VolumeAttributesClasses (storage.k8s.io/v1)",
+			Without: "claims naming a VolumeAttributesClass wait (Kubernetes 1.34 serves the API; RBAC needs list and watch on volumeattributesclasses)",
+			Probe: func(ctx context.Context) error {
+				_, err := clients.Work.StorageV1().VolumeAttributesClasses().List(ctx, metav1.ListOptions{Limit: 1})
+				return err
+			},
+			Start:       func(ctx context.Context) { vf.Start(ctx.Done()) },
+			HasSynced:   inf.Informer().HasSynced,
+			MaxInterval: cfg.Sources.ProbeInterval,
+		})
+		w.apis = append(w.apis, w.sources.AttributesClassAPI)
 	}
 	var err error
 	if w.protection, err = NewSourceProtection(pc); err != nil {
@@ -70,47 +96,29 @@ func wireSources(ctx context.Context, cfg ControllerConfig, clients Clients, fac
 	return w, nil
 }
 
-// start runs the snapshot informers and waits for them.
-func (w *sourceWiring) start(ctx context.Context) error {
-	if w.snapshots == nil {
-		return nil
-	}
-	w.snapshots.Run(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), w.snapshots.HasSynced) {
-		return fmt.Errorf("snapshot informers did not sync")
-	}
-	return nil
+// snapshotAPI follows VolumeSnapshots and VolumeSnapshotContents as one
+// optional API: both must be served and readable.
+func snapshotAPI(c snapclientset.Interface, si SnapshotInformers, interval time.Duration) *optionalapi.API {
+	return optionalapi.New(optionalapi.Config{
+		What:    "VolumeSnapshots and VolumeSnapshotContents (snapshot.storage.k8s.io/v1)",
+		Without: "claims restoring a snapshot wait (snapshot CRDs not installed, or RBAC lacks list and watch on volumesnapshots and volumesnapshotcontents)",
+		Probe: func(ctx context.Context) error {
+			o := metav1.ListOptions{Limit: 1}
+			if _, err := c.SnapshotV1().VolumeSnapshots(metav1.NamespaceAll).List(ctx, o); err != nil {
+				return err
+			}
+			_, err := c.SnapshotV1().VolumeSnapshotContents().List(ctx, o)
+			return err
+		},
+		Start:       si.Run,
+		HasSynced:   si.HasSynced,
+		MaxInterval: interval,
+	})
 }
 
-// SnapshotAPIServed reports whether the API serves VolumeSnapshots and
-// VolumeSnapshotContents of snapshot.storage.k8s.io/v1 (the CRDs are
-// installed).
-func SnapshotAPIServed(client kubernetes.Interface) (bool, error) {
-	return servesResources(client, "snapshot.storage.k8s.io/v1", "volumesnapshots", "volumesnapshotcontents")
-}
-
-// AttributesClassAPIServed reports whether the API serves storage.k8s.io/v1
-// VolumeAttributesClass (Kubernetes 1.34 and later).
-func AttributesClassAPIServed(client kubernetes.Interface) (bool, error) {
-	return servesResources(client, "storage.k8s.io/v1", "volumeattributesclasses")
-}
-
-func servesResources(client kubernetes.Interface, groupVersion string, names ...string) (bool, error) {
-	list, err := client.Discovery().ServerResourcesForGroupVersion(groupVersion)
-	if apierrors.IsNotFound(err) {
-		return false, nil
+// start follows the optional APIs; it never waits for them.
+func (w *sourceWiring) start(ctx context.Context) {
+	for _, api := range w.apis {
+		go api.Run(ctx)
 	}
-	if err != nil {
-		return false, fmt.Errorf("discovering %s: %w", groupVersion, err)
-	}
-	have := map[string]bool{}
-	for _, r := range list.APIResources {
-		have[r.Name] = true
-	}
-	for _, n := range names {
-		if !have[n] {
-			return false, nil
-		}
-	}
-	return true, nil
 }

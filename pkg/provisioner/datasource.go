@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -109,12 +111,16 @@ func deref(s *string) string {
 	return *s
 }
 
+// snapshotAPIWait bounds how long a restore waits for the VolumeSnapshot
+// API to be probed and its informers synced, when the API was missing.
+const snapshotAPIWait = 5 * time.Second
+
 // resolveSource checks a claim's data source and returns what CreateVolume
 // and the topology requirements need of it; nil without a data source. A
 // populator's kind returns a *controller.IgnoredError after a Normal Event:
 // the populator makes the volume. Refusals wrap ErrSourceRefused (or
 // ErrInvalidClaim for what the claim itself gets wrong).
-func (p *Provisioner) resolveSource(claim *v1.PersistentVolumeClaim) (*dataSource, error) {
+func (p *Provisioner) resolveSource(ctx context.Context, claim *v1.PersistentVolumeClaim) (*dataSource, error) {
 	ref := claimSourceRef(claim)
 	switch {
 	case ref == nil:
@@ -134,7 +140,11 @@ func (p *Provisioner) resolveSource(claim *v1.PersistentVolumeClaim) (*dataSourc
 			return nil, refused("CSI driver %q cannot restore snapshots (it lacks the CREATE_DELETE_SNAPSHOT controller capability)", p.cfg.DriverName)
 		}
 		if p.deps.Snapshots == nil {
-			return nil, refused("the VolumeSnapshot API (%s/v1) is not installed in this cluster, or was not when csi-provisioner started", snapshotGroup)
+			return nil, refused("snapshot restores are not wired in this csi-provisioner (no VolumeSnapshot client)")
+		}
+		if api := p.deps.SnapshotAPI; api != nil && !api.WaitReady(ctx, snapshotAPIWait) {
+			return nil, refused("the VolumeSnapshot API (%s/v1) is not served yet, or csi-provisioner may not list and watch volumesnapshots and volumesnapshotcontents (%s); retried, and picked up without a restart once it is",
+				snapshotGroup, api.State())
 		}
 		return p.snapshotSource(claim, ref.name)
 	}
@@ -344,12 +354,16 @@ type Sources struct {
 	Claims  corelisters.PersistentVolumeClaimLister
 	Volumes corelisters.PersistentVolumeLister
 	// Snapshots and SnapshotContents read VolumeSnapshot sources; nil when
-	// the VolumeSnapshot API is not installed.
+	// the driver cannot restore snapshots. SnapshotAPI, when set, says
+	// whether their informers run and have synced (nil: always).
 	Snapshots        snaplisters.VolumeSnapshotLister
 	SnapshotContents snaplisters.VolumeSnapshotContentLister
-	// AttributesClasses reads VolumeAttributesClasses; nil when the API has
-	// no storage.k8s.io/v1 VolumeAttributesClass.
-	AttributesClasses storagelisters.VolumeAttributesClassLister
+	SnapshotAPI      *optionalapi.API
+	// AttributesClasses reads VolumeAttributesClasses; nil when the
+	// VolumeAttributesClass feature gate is off. AttributesClassAPI, when
+	// set, says whether its informer runs and has synced (nil: always).
+	AttributesClasses  storagelisters.VolumeAttributesClassLister
+	AttributesClassAPI *optionalapi.API
 	// Protection puts the source-protection finalizers on sources before
 	// CreateVolume; nil: sources are not protected.
 	Protection *SourceProtection

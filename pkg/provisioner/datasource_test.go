@@ -393,10 +393,57 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 }
 
+// A restore while the VolumeSnapshot API is not served (yet) is refused
+// with a message that says so and that it is retried, after a bounded wait
+// for the API; it is never handed back to the scheduler.
 func TestSnapshotAPIMissing(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, direct: copyingCSI{}})
-	_, _, err := e.provision(t, makePVC("r", "zonal").restoreOf("snap").PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
-	if !errors.Is(err, ErrSourceRefused) || !strings.Contains(err.Error(), "VolumeSnapshot API (snapshot.storage.k8s.io/v1) is not installed") {
-		t.Fatalf("error = %v", err)
+	e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, direct: copyingCSI{}, sources: true, apisMissing: true})
+	claim := makePVC("r", "zonal").restoreOf("snap").withSelectedNode("n1").PersistentVolumeClaim
+	_, state, err := e.provision(t, claim, makeClass("zonal").StorageClass, makeNode("n1", "z1"))
+	if !errors.Is(err, ErrSourceRefused) || state != controller.ProvisioningFinished ||
+		!strings.Contains(err.Error(), "the VolumeSnapshot API (snapshot.storage.k8s.io/v1) is not served yet") ||
+		!strings.Contains(err.Error(), "picked up without a restart") {
+		t.Fatalf("Provision = %v, %v; want a refusal saying the API is not served yet", state, err)
+	}
+}
+
+// A claim handed back because its node cannot reach the source, and
+// selected for the same node again, says plainly that the scheduler chose
+// that node again and why, instead of repeating the first message; another
+// node starts the count again.
+func TestSourceUnreachableAgainSaysSo(t *testing.T) {
+	src, pv := boundSource("1Gi", testDriver, "z1", nil)
+	e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, objs: []runtime.Object{src, pv}, sources: true, direct: copyingCSI{}})
+	const again = "the scheduler chose n2 again"
+	for i, tc := range []struct {
+		node, zone, want string
+	}{
+		{node: "n2", zone: "z2"},
+		{node: "n2", zone: "z2", want: again + " (2nd time in a row); the pod's scheduler does not know the source's reach"},
+		{node: "n2", zone: "z2", want: again + " (3rd time in a row)"},
+		{node: "n3", zone: "z3"},
+	} {
+		clone := makePVC("clone", "zonal").cloneOf("src").withSelectedNode(tc.node)
+		_, state, err := e.provision(t, clone.PersistentVolumeClaim, makeClass("zonal").StorageClass, makeNode(tc.node, tc.zone))
+		if state != controller.ProvisioningReschedule || err == nil {
+			t.Fatalf("attempt %d on %s: state = %v (%v), want Reschedule", i+1, tc.node, state, err)
+		}
+		if !strings.Contains(err.Error(), string(RescheduleSourceUnreachable)) {
+			t.Errorf("attempt %d: error %q does not name %s", i+1, err, RescheduleSourceUnreachable)
+		}
+		if tc.want == "" && strings.Contains(err.Error(), "again") {
+			t.Errorf("attempt %d on %s: error %q says again, want the first message", i+1, tc.node, err)
+		}
+		if tc.want != "" && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("attempt %d on %s: error %q does not say %q", i+1, tc.node, err, tc.want)
+		}
+	}
+}
+
+func TestOrdinal(t *testing.T) {
+	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 112: "112th"} {
+		if got := ordinal(n); got != want {
+			t.Errorf("ordinal(%d) = %q, want %q", n, got, want)
+		}
 	}
 }

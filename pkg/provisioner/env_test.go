@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -135,6 +137,9 @@ type envOptions struct {
 	// protection, an Event recorder); snapObjs seed the snapshot API.
 	sources  bool
 	snapObjs []runtime.Object
+	// apisMissing, with sources, has the snapshot and
+	// VolumeAttributesClass APIs never served (optional APIs never ready).
+	apisMissing bool
 	// records switches the durable in-flight record on (Deps.ClaimPatcher).
 	records bool
 	// driverStatus is Deps.DriverStatus.
@@ -165,6 +170,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		var si SnapshotInformers
 		srcs, snapCS, si, events = sourcesFor(t, cs, factory, o.snapObjs)
 		snapInformers = &si
+		if o.apisMissing {
+			srcs.SnapshotAPI, srcs.AttributesClassAPI = neverServed(), neverServed()
+		}
 	}
 	ictx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
@@ -289,3 +297,8 @@ func (c claimBuilder) withSize(q string) claimBuilder {
 }
 
 func resourceQuantity(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.BinarySI) }
+
+// neverServed is an optional API that is never run, so never ready.
+func neverServed() *optionalapi.API {
+	return optionalapi.New(optionalapi.Config{What: "never served", Probe: func(context.Context) error { return errors.New("not served") }})
+}

@@ -264,7 +264,7 @@ func (c *nodeClaimer) ineligible(ctx context.Context, claim *v1.PersistentVolume
 		return ""
 	}
 	if c.p.cfg.SupportsTopology {
-		source, err := c.p.resolveSource(claim)
+		source, err := c.p.resolveSource(ctx, claim)
 		if err != nil {
 			return ""
 		}

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
 )
 
 // indexDataSource indexes claims by the data source they are made from
@@ -76,6 +78,10 @@ type SourceProtectionConfig struct {
 	Snapshots      cache.SharedIndexInformer
 	SnapshotLister snaplisters.VolumeSnapshotLister
 	SnapshotClient snapclient.VolumeSnapshotsGetter
+	// SnapshotAPI, when set, says whether Snapshots runs and has synced
+	// (nil: always); until it has, no snapshot's finalizer is judged, and
+	// the informer's first list queues every snapshot.
+	SnapshotAPI *optionalapi.API
 	// Workers is the number of sources processed at once. Default 1.
 	Workers int
 }
@@ -321,7 +327,7 @@ func (s *SourceProtection) sync(ctx context.Context, key sourceKey) error {
 		finalizer = FinalizerCloneSource
 		obj, err = s.cfg.ClaimLister.PersistentVolumeClaims(key.namespace).Get(key.name)
 	case kindSnapshot:
-		if s.cfg.SnapshotLister == nil {
+		if s.cfg.SnapshotLister == nil || (s.cfg.SnapshotAPI != nil && !s.cfg.SnapshotAPI.Ready()) {
 			return nil
 		}
 		finalizer = FinalizerSnapshotSource

@@ -97,6 +97,9 @@ type Provisioner struct {
 	// inBackground holds the volume names, by claim UID, whose last
 	// CreateVolume may still be running in the driver.
 	inBackground map[types.UID]string
+	// handBacks says when the scheduler chose a node out of a data
+	// source's reach again.
+	handBacks repeatedHandBacks
 	// deleted remembers the PVs whose volume was just deleted.
 	deleted *deletedVolumes
 	// full remembers the segments recently found without room, per class.
@@ -171,7 +174,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	if err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
-	if req.source, err = p.resolveSource(claim); err != nil {
+	if req.source, err = p.resolveSource(ctx, claim); err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
 	req.setSource()
@@ -241,6 +244,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return p.fail(ctx, claim, req.csi.Name, state, reason, err)
 	}
 	p.forgetBackground(claim.UID)
+	p.handBacks.forget(claim.UID)
 
 	if delayed && p.cfg.SupportsTopology && !accessibleFrom(resp.GetVolume().GetAccessibleTopology(), opts.SelectedNode) {
 		return p.dropInaccessible(ctx, opts, req, resp.GetVolume(), seg)
@@ -323,6 +327,9 @@ func (p *Provisioner) fail(ctx context.Context, claim *v1.PersistentVolumeClaim,
 					fmt.Errorf("%w; not rescheduling yet: removing volume %q of the earlier attempt failed: %v", err, pending, derr)
 			}
 			p.forgetBackground(claim.UID)
+		}
+		if reason == RescheduleSourceUnreachable {
+			err = p.handBacks.sourceUnreachable(claim, err)
 		}
 		logger.V(2).Info("Returning claim to the scheduler", "reason", reason, "err", err)
 		p.deps.Metrics.observeReschedule(reason)

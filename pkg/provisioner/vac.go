@@ -33,8 +33,13 @@ func (p *Provisioner) mutableParameters(claim *v1.PersistentVolumeClaim) (map[st
 		return nil, nil
 	}
 	if p.deps.AttributesClasses == nil {
-		return nil, fmt.Errorf("%w: the claim names VolumeAttributesClass %q, but this cluster's API has no storage.k8s.io/v1 VolumeAttributesClass (Kubernetes 1.34 and later)",
+		return nil, fmt.Errorf("%w: the claim names VolumeAttributesClass %q, but VolumeAttributesClasses are switched off in this csi-provisioner (--feature-gates=VolumeAttributesClass=false)",
 			ErrAttributesClassRefused, name)
+	}
+	if api := p.deps.AttributesClassAPI; api != nil && !api.Ready() {
+		api.Poke()
+		return nil, fmt.Errorf("%w: the claim names VolumeAttributesClass %q, but the API does not serve storage.k8s.io/v1 VolumeAttributesClass yet (Kubernetes 1.34 and later), or csi-provisioner may not list and watch volumeattributesclasses (%s); retried, and picked up without a restart once it is",
+			ErrAttributesClassRefused, name, api.State())
 	}
 	if !p.cfg.SupportsModify {
 		return nil, fmt.Errorf("%w: the claim names VolumeAttributesClass %q, but CSI driver %q lacks the MODIFY_VOLUME controller capability, so it cannot take the class's parameters",

@@ -31,6 +31,7 @@ func TestAttributesClass(t *testing.T) {
 		name       string
 		cfg        Config
 		noSources  bool
+		apiMissing bool
 		vac        string
 		wantParams map[string]string
 		wantErr    string
@@ -42,11 +43,13 @@ func TestAttributesClass(t *testing.T) {
 		{name: "class of another driver", cfg: sourceCaps, vac: "foreign",
 			wantErr: `VolumeAttributesClass "foreign" is for CSI driver "other.example.com", not "mock.csi.example.com"`},
 		{name: "class missing", cfg: sourceCaps, vac: "silver", wantErr: `VolumeAttributesClass "silver" does not exist`},
-		{name: "API without VolumeAttributesClass", cfg: sourceCaps, noSources: true, vac: "gold",
-			wantErr: "this cluster's API has no storage.k8s.io/v1 VolumeAttributesClass"},
+		{name: "feature gate off", cfg: sourceCaps, noSources: true, vac: "gold",
+			wantErr: "VolumeAttributesClasses are switched off in this csi-provisioner"},
+		{name: "API without VolumeAttributesClass (yet)", cfg: sourceCaps, apiMissing: true, vac: "gold",
+			wantErr: "the API does not serve storage.k8s.io/v1 VolumeAttributesClass yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{cfg: tc.cfg, nodes: threeZones, objs: []runtime.Object{gold, foreign}, sources: !tc.noSources})
+			e := newEnv(t, envOptions{cfg: tc.cfg, nodes: threeZones, objs: []runtime.Object{gold, foreign}, sources: !tc.noSources, apisMissing: tc.apiMissing})
 			claim := makePVC("data", "zonal").withAttributesClass(tc.vac)
 			pv, state, err := e.provision(t, claim.PersistentVolumeClaim, class.StorageClass, nil)
 			if tc.wantErr != "" {

@@ -267,6 +267,9 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 		if !topology.MatchLabels(p.Class.AllowedTopologies, node.Labels) {
 			return unresolvable(ReasonOutsideAllowedTopologies, "node %s is outside the allowedTopologies of class %s", node.Name, p.Class.Name)
 		}
+		if p.Source != nil && p.Source.Unknown {
+			return &Status{Reason: ReasonDataSourceUnknown, Message: p.Source.Message, Unresolvable: true}
+		}
 		if p.Source != nil && !p.Source.Reach.Node(node.Name, node.Labels) {
 			return &Status{Reason: ReasonDataSourceUnreachable, Message: p.Source.Message, Unresolvable: true}
 		}

@@ -1,12 +1,15 @@
 package scheduler
 
 import (
+	"context"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 )
 
@@ -41,6 +44,31 @@ func HeartbeatInformer(client kubernetes.Interface, namespace string) (informers
 		return nil, nil, nil, err
 	}
 	return factory, inf, lv, nil
+}
+
+// HeartbeatAPI follows the heartbeat Leases of HeartbeatInformer's factory
+// as an optional API: the factory is started once this client may list
+// them there (a Role may grant that later, or the namespace may be made
+// later), and until then every node counts as live, as the log says once.
+// Run the API instead of starting the factory.
+func HeartbeatAPI(client kubernetes.Interface, namespace string, factory informers.SharedInformerFactory) *optionalapi.API {
+	where := "namespace " + namespace
+	if namespace == "" {
+		where = "all namespaces"
+	}
+	inf := factory.Coordination().V1().Leases().Informer()
+	return optionalapi.New(optionalapi.Config{
+		What:    "driver heartbeat Leases (coordination.k8s.io/v1) in " + where,
+		Without: "every node counts as live",
+		Probe: func(ctx context.Context) error {
+			o := metav1.ListOptions{Limit: 1}
+			limits.LeaseListOptions(&o)
+			_, err := client.CoordinationV1().Leases(namespace).List(ctx, o)
+			return err
+		},
+		Start:     func(ctx context.Context) { factory.Start(ctx.Done()) },
+		HasSynced: inf.HasSynced,
+	})
 }
 
 // filterLiveness rejects a node whose driver has a heartbeat that expired:

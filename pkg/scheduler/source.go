@@ -25,9 +25,10 @@ const (
 type SnapshotSource interface {
 	// SnapshotClaim returns the claim a VolumeSnapshot was taken of
 	// (spec.source.persistentVolumeClaimName, in the snapshot's namespace),
-	// false when the snapshot is not known or was made from a
-	// pre-provisioned VolumeSnapshotContent. Cost: one lookup by key.
-	SnapshotClaim(namespace, name string) (string, bool)
+	// "" when it was made from a pre-provisioned VolumeSnapshotContent, and
+	// an error (ErrSnapshotsNotServed, ErrSnapshotNotFound) when the
+	// snapshot is not known yet. Cost: one lookup by key.
+	SnapshotClaim(namespace, name string) (string, error)
 }
 
 // Source is where the data of a pending claim comes from, when that source
@@ -36,8 +37,15 @@ type SnapshotSource interface {
 // the snapshot was taken of is (the driver has the last word; the filter
 // keeps pods off nodes that obviously cannot work).
 type Source struct {
-	// Reach is the source volume's node affinity; always constrained.
+	// Reach is the source volume's node affinity; constrained unless
+	// Unknown.
 	Reach topology.Reach
+	// Unknown: the source is not known yet (a snapshot not seen yet, or
+	// the VolumeSnapshot API not served yet), so no node can be judged;
+	// the pod waits (ReasonDataSourceUnknown on every node) rather than be
+	// placed out of the source's reach, which csi-provisioner would send
+	// back.
+	Unknown bool
 	// Message is Filter's message for a node Reach excludes, e.g.
 	// "claim ns/c clones ns/src, whose volume is reachable only from
 	// topology.kubernetes.io/zone in (z1)". Built once per pod.
@@ -48,9 +56,10 @@ type Source struct {
 // dataSource) to the node affinity of the source volume. nil means no
 // constraint: no data source, another kind (a populator), another
 // namespace (not supported by csi-provisioner, which says so on the
-// claim), a source claim or PV not (yet) known or unbound, a snapshot
-// unknown or of no claim, snapshots not served, or a source volume without
-// required node affinity. Cost: at most four lister lookups.
+// claim), a source claim or PV not (yet) known or unbound, a snapshot of
+// no claim, snapshots not readable (RBAC), or a source volume without
+// required node affinity. A snapshot not known yet gives an Unknown Source.
+// Cost: at most four lister lookups.
 func (c *Core) source(claim *v1.PersistentVolumeClaim) *Source {
 	group, kind, ns, name := dataSource(claim)
 	if name == "" || ns != claim.Namespace {
@@ -61,8 +70,12 @@ func (c *Core) source(claim *v1.PersistentVolumeClaim) *Source {
 	case group == "" && kind == kindClaim:
 		what, of = fmt.Sprintf("clones %s/%s", ns, name), name
 	case group == snapshotGroup && kind == kindSnapshot && c.l.Snapshots != nil:
-		src, ok := c.l.Snapshots.SnapshotClaim(ns, name)
-		if !ok {
+		src, err := c.l.Snapshots.SnapshotClaim(ns, name)
+		if err != nil {
+			return &Source{Unknown: true, Message: fmt.Sprintf("claim %s/%s restores snapshot %s/%s, and %v; the pod waits until it is known, so that the volume is made in reach of the snapshot's source",
+				claim.Namespace, claim.Name, ns, name, err)}
+		}
+		if src == "" {
 			return nil
 		}
 		what, of = fmt.Sprintf("restores snapshot %s/%s of %s/%s", ns, name, ns, src), src

@@ -85,6 +85,8 @@ func TestFilterDataSource(t *testing.T) {
 		claim        string
 		noSnapshots  bool
 		rejectedOnZ2 bool
+		// waits: both nodes rejected with DataSourceUnknown.
+		waits bool
 		wantMessage  string
 	}{
 		{name: "clone by dataSource", claim: "clone", rejectedOnZ2: true, wantMessage: cloneMsg},
@@ -98,7 +100,8 @@ func TestFilterDataSource(t *testing.T) {
 		{name: "restore, snapshot's volume without affinity", claim: "restore-free"},
 		{name: "restore of a pre-provisioned content", claim: "restore-content"},
 		{name: "restore, snapshot's claim gone", claim: "restore-gone"},
-		{name: "restore, snapshot unknown", claim: "restore-unknown"},
+		{name: "restore, snapshot unknown", claim: "restore-unknown", waits: true,
+			wantMessage: "claim ns/restore-unknown restores snapshot ns/nope, and the VolumeSnapshot does not exist yet; the pod waits until it is known, so that the volume is made in reach of the snapshot's source"},
 		{name: "populator", claim: "populated"},
 		{name: "cross-namespace dataSourceRef", claim: "cross"},
 	}
@@ -111,6 +114,15 @@ func TestFilterDataSource(t *testing.T) {
 			pv, err := c.PodVolumes(pod("p", tc.claim))
 			if err != nil || pv == nil || len(pv.Pending) != 1 {
 				t.Fatalf("PodVolumes = %v, %v; want one pending claim", pv, err)
+			}
+			if tc.waits {
+				for _, n := range []*v1.Node{node("n1", "z1"), node("n2", "z2")} {
+					st := c.Filter(pv, n)
+					if st == nil || st.Reason != ReasonDataSourceUnknown || !st.Unresolvable || st.Message != tc.wantMessage {
+						t.Errorf("Filter(%s) = %v, want %s, unresolvable, %q", n.Name, st, ReasonDataSourceUnknown, tc.wantMessage)
+					}
+				}
+				return
 			}
 			if st := c.Filter(pv, node("n1", "z1")); st != nil {
 				t.Errorf("Filter(n1 in z1) = %v, want fit", st)

@@ -31,6 +31,12 @@ const (
 	// bound to a volume whose node affinity excludes the node, so the copy
 	// cannot be made where the node can use it. Unresolvable.
 	ReasonDataSourceUnreachable Reason = "DataSourceUnreachable"
+	// ReasonDataSourceUnknown means a pending claim restores a VolumeSnapshot
+	// that is not known yet (it does not exist yet, or the snapshot API is
+	// not served yet), so where its source volume can be reached is not
+	// known either: every node is rejected until it is, and the pod is
+	// retried when the snapshot appears. Unresolvable.
+	ReasonDataSourceUnknown Reason = "DataSourceUnknown"
 	// ReasonVolumeLimitExceeded means the pod's new volumes, added to what the
 	// node already counts (attached, pending and reserved in flight), exceed
 	// the node's attach limit for the driver. Resolvable: evicting pods

@@ -9,7 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
@@ -89,9 +88,11 @@ func (w *waiting) len() int {
 }
 
 // followHeartbeats gives the core the driver heartbeat Leases (an informer
-// factory of its own, started on ctx, restricted to the heartbeat label and,
-// when set, to namespace), and has the plugin activate the pods it rejected
-// on a node when that node's Lease is renewed again.
+// factory of its own, restricted to the heartbeat label and, when set, to
+// namespace), an optional API started on ctx once the scheduler may list
+// them, and has the plugin activate the pods it rejected on a node when
+// that node's Lease is renewed again. Until the Leases are read, every node
+// counts as live.
 func (p *Plugin) followHeartbeats(ctx context.Context, client kubernetes.Interface, namespace string) error {
 	factory, leases, lv, err := scheduler.HeartbeatInformer(client, namespace)
 	if err != nil {
@@ -106,34 +107,36 @@ func (p *Plugin) followHeartbeats(ctx context.Context, client kubernetes.Interfa
 	}); err != nil {
 		return err
 	}
-	if _, err := p.handle.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	go scheduler.HeartbeatAPI(client, namespace, factory).Run(ctx)
+	return nil
+}
+
+// forgetBoundPods has the waiting sets forget a pod once it is bound to a
+// node or deleted.
+func (p *Plugin) forgetBoundPods() error {
+	forget := func(key string) {
+		p.sourceWaiting.forget(key)
+		if p.waiting != nil {
+			p.waiting.forget(key)
+		}
+	}
+	_, err := p.handle.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
 			if pod, ok := obj.(*v1.Pod); ok && pod.Spec.NodeName != "" {
-				p.waiting.forget(podKey(pod))
+				forget(podKey(pod))
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				p.waiting.forget(t.Key)
+				forget(t.Key)
 				return
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
-				p.waiting.forget(podKey(pod))
+				forget(podKey(pod))
 			}
 		},
-	}); err != nil {
-		return err
-	}
-	p.logger = klog.FromContext(ctx)
-	factory.Start(ctx.Done())
-	sctx, cancel := context.WithTimeout(ctx, heartbeatSyncTimeout)
-	defer cancel()
-	for typ, ok := range factory.WaitForCacheSync(sctx.Done()) {
-		if !ok {
-			klog.FromContext(ctx).Info("Heartbeat Lease cache not synced yet; every node counts as live until it is", "type", typ)
-		}
-	}
-	return nil
+	})
+	return err
 }
 
 // leaseChanged activates the pods waiting for the Lease's node once the
@@ -171,10 +174,22 @@ func (p *Plugin) activate(lease *coordinationv1.Lease) {
 	}
 }
 
-// rejectedForSilence remembers pod when st rejects node for the driver's
-// silence.
-func (p *Plugin) rejectedForSilence(st *scheduler.Status, node string, pod *v1.Pod) {
-	if p.waiting != nil && st.Reason == scheduler.ReasonDriverNotLive {
+// rejected remembers pod when st rejects node for the driver's silence, or
+// for a data source not known yet: no framework event would retry it.
+func (p *Plugin) rejected(st *scheduler.Status, node string, pod *v1.Pod) {
+	switch {
+	case p.waiting != nil && st.Reason == scheduler.ReasonDriverNotLive:
 		p.waiting.add(node, pod)
+	case st.Reason == scheduler.ReasonDataSourceUnknown:
+		p.sourceWaiting.add("", pod)
+	}
+}
+
+// activateSourceWaiting activates the pods rejected because a snapshot was
+// not known: one may be known now.
+func (p *Plugin) activateSourceWaiting() {
+	if pods := p.sourceWaiting.take(""); len(pods) > 0 {
+		p.logger.V(2).Info("VolumeSnapshots changed: activating the pods waiting for their snapshot", "pods", len(pods))
+		p.handle.Activate(p.logger, pods)
 	}
 }

@@ -8,12 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	sigsjson "sigs.k8s.io/json"
@@ -58,7 +58,10 @@ type Plugin struct {
 	handle fwk.Handle
 	// waiting is nil when the heartbeat is not checked.
 	waiting *waiting
-	logger  klog.Logger
+	// sourceWaiting holds, under node "", the pods rejected because a
+	// snapshot they restore was not known yet.
+	sourceWaiting *waiting
+	logger        klog.Logger
 }
 
 var (
@@ -115,15 +118,18 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if args.Capacity != nil && !*args.Capacity {
 		core.IgnoreCapacity()
 	}
-	if err := followSnapshots(ctx, core, h.KubeConfig()); err != nil {
+	p := &Plugin{core: core, handle: h, logger: klog.FromContext(ctx), sourceWaiting: newWaiting()}
+	if err := p.followSnapshots(ctx, h.KubeConfig()); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	p := &Plugin{core: core, handle: h, logger: klog.FromContext(ctx)}
 	heartbeat := args.DriverHeartbeat == nil || *args.DriverHeartbeat
 	if heartbeat && h.ClientSet() != nil {
 		if err := p.followHeartbeats(ctx, h.ClientSet(), args.HeartbeatNamespace); err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
+	}
+	if err := p.forgetBoundPods(); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	klog.FromContext(ctx).Info("CSITopology plugin ready", "driver", args.DriverName,
 		"freeCapacityWeight", args.ScoreWeights.FreeCapacity, "volumeHeadroomWeight", args.ScoreWeights.VolumeHeadroom,
@@ -131,14 +137,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	return p, nil
 }
 
-// snapshotSyncTimeout bounds how long New waits for the VolumeSnapshot
-// cache; until it fills, a restore is not kept in reach of its snapshot.
-const snapshotSyncTimeout = 30 * time.Second
-
 // followSnapshots gives the core a VolumeSnapshot informer of its own (the
-// framework's informer factory has only built-in types), started on ctx,
-// when the API serves VolumeSnapshots.
-func followSnapshots(ctx context.Context, core *scheduler.Core, cfg *rest.Config) error {
+// framework's informer factory has only built-in types), an optional API
+// started on ctx whenever the API serves VolumeSnapshots, and activates the
+// pods waiting for a snapshot when one appears or changes.
+func (p *Plugin) followSnapshots(ctx context.Context, cfg *rest.Config) error {
 	if cfg == nil {
 		return nil // a framework without a kubeconfig (tests): snapshots off
 	}
@@ -146,19 +149,16 @@ func followSnapshots(ctx context.Context, core *scheduler.Core, cfg *rest.Config
 	if err != nil {
 		return err
 	}
-	factory, source, err := scheduler.SnapshotInformer(ctx, client)
-	if err != nil || factory == nil {
+	snaps := scheduler.SnapshotInformer(client)
+	p.core.SetSnapshots(snaps.Source)
+	if _, err := snaps.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.activateSourceWaiting() },
+		UpdateFunc: func(_, _ any) { p.activateSourceWaiting() },
+	}); err != nil {
 		return err
 	}
-	core.SetSnapshots(source)
-	factory.Start(ctx.Done())
-	sctx, cancel := context.WithTimeout(ctx, snapshotSyncTimeout)
-	defer cancel()
-	for typ, ok := range factory.WaitForCacheSync(sctx.Done()) {
-		if !ok {
-			klog.FromContext(ctx).Info("VolumeSnapshot cache not synced yet; restores are kept in reach of their snapshot once it is", "type", typ)
-		}
-	}
+	snaps.API.OnReady(p.activateSourceWaiting)
+	go snaps.API.Run(ctx)
 	return nil
 }
 
@@ -211,7 +211,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, ni fw
 	if st == nil {
 		return nil
 	}
-	p.rejectedForSilence(st, ni.Node().Name, pod)
+	p.rejected(st, ni.Node().Name, pod)
 	code := fwk.Unschedulable
 	if st.Unresolvable {
 		code = fwk.UnschedulableAndUnresolvable

@@ -1,0 +1,23 @@
+package kubeclient
+
+import (
+	"os"
+	"strings"
+)
+
+// ServiceAccountNamespaceFile is where a pod finds its own namespace.
+const ServiceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// PodNamespace returns the namespace of the pod this process runs in: $NAMESPACE
+// (set from the downward API by the shipped manifests), else the namespace of
+// the pod's service account (nsFile, normally ServiceAccountNamespaceFile),
+// else "" outside a pod.
+func PodNamespace(nsFile string) string {
+	if ns := os.Getenv("NAMESPACE"); ns != "" {
+		return ns
+	}
+	if data, err := os.ReadFile(nsFile); err == nil {
+		return strings.TrimSpace(string(data))
+	}
+	return ""
+}
