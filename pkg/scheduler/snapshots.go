@@ -34,7 +34,9 @@ type snapshotLister struct {
 }
 
 // NewSnapshotSource returns a SnapshotSource reading a synced lister.
-func NewSnapshotSource(l snaplisters.VolumeSnapshotLister) SnapshotSource { return snapshotLister{l: l} }
+func NewSnapshotSource(l snaplisters.VolumeSnapshotLister) SnapshotSource {
+	return snapshotLister{l: l}
+}
 
 // SnapshotClaim implements SnapshotSource. While the API is not ready it
 // returns ErrSnapshotsNotServed and pokes the API, so that a restore is

@@ -86,8 +86,8 @@ func TestFilterDataSource(t *testing.T) {
 		noSnapshots  bool
 		rejectedOnZ2 bool
 		// waits: both nodes rejected with DataSourceUnknown.
-		waits bool
-		wantMessage  string
+		waits       bool
+		wantMessage string
 	}{
 		{name: "clone by dataSource", claim: "clone", rejectedOnZ2: true, wantMessage: cloneMsg},
 		{name: "clone by dataSource and dataSourceRef", claim: "clone-ref", rejectedOnZ2: true},
