@@ -173,7 +173,7 @@ func (a *API) Run(ctx context.Context) {
 	a.mu.Unlock()
 	close(a.ready)
 	if was == Unknown {
-		logger.V(2).Info("Optional API served", "api", a.cfg.What)
+		logger.Info("Optional API served", "api", a.cfg.What)
 	} else {
 		logger.Info("Optional API served now: picked up without a restart", "api", a.cfg.What, "before", was.String())
 	}
