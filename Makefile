@@ -14,6 +14,8 @@ IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 REGISTRY  ?=
 # The project's license (LICENSE), an SPDX expression for the images' label.
 LICENSES  := Apache-2.0
+# The images' source label (make image; the Dockerfile's SOURCE default).
+IMAGE_SOURCE := https://github.com/csi-topology-provisioner/csi-topology-provisioner
 # One build configuration for every step (bin/, go vet, go test, the control
 # plane, the images): static and with reproducible paths, so that all of them
 # share one build cache.
@@ -54,6 +56,7 @@ test: $(PROGRESS)
 	@echo "==> [1/6] Go modules (the first run downloads them)"
 	@$(PROGRESS) -label "modules" -- $(GO) mod download
 	@cd test/controlplane/k8s && ../../../$(PROGRESS) -label "modules of the control plane" -- $(GO) mod download
+	@cd tools/dockerfile && ../../$(PROGRESS) -label "modules of the Dockerfile check" -- $(GO) mod download
 	@echo "==> [2/6] gofmt"
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
@@ -114,7 +117,7 @@ run: build
 image:
 	$(GO) run ./tools/image build -out bin/images -version '$(VERSION)' -ldflags '$(LDFLAGS)' \
 		-platforms '$(IMAGE_PLATFORMS)' -epoch "$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}" \
-		-revision "$$(git rev-parse HEAD 2>/dev/null)" -licenses '$(LICENSES)' -source https://github.com/csi-topology-provisioner/csi-topology-provisioner $(BINARIES)
+		-revision "$$(git rev-parse HEAD 2>/dev/null)" -licenses '$(LICENSES)' -source '$(IMAGE_SOURCE)' $(BINARIES)
 
 ## push: the multi-platform indexes of bin/images/ to REGISTRY/<binary>:VERSION (builds them first)
 push:

@@ -5,5 +5,7 @@
 // user 65532, labels), its layers (exactly the base files and the binary:
 // no shell), the binary extracted from the layers and run with --version
 // and --help, and that two builds into two directories give the same
-// digests.
+// digests. It also holds the repository's Dockerfile to the same images
+// without building it: tools/dockerfile evaluates it with BuildKit's own
+// frontend (TestDockerfile).
 package images

@@ -1,9 +1,11 @@
 // Command image builds the project's container images without a container
 // engine (`make image`) and pushes them (`make push`); see
-// tools/image/imagebuild.
+// tools/image/imagebuild. rootfs writes the images' base files as a tar
+// stream to stdout, for the Dockerfile to unpack into its FROM scratch images.
 //
 //	image build -out bin/images -version v0.1.0 -epoch 1700000000 csi-provisioner mock-driver
 //	image push -out bin/images -registry registry.example.com/team -version v0.1.0 csi-provisioner
+//	image rootfs [-epoch 1700000000] | tar -x -p --same-owner -f - -C /rootfs
 package main
 
 import (
@@ -30,8 +32,8 @@ func main() {
 }
 
 func run(args []string) error {
-	if len(args) == 0 || (args[0] != "build" && args[0] != "push") {
-		return fmt.Errorf("usage: image build|push [flags] BINARY...")
+	if len(args) == 0 || (args[0] != "build" && args[0] != "push" && args[0] != "rootfs") {
+		return fmt.Errorf("usage: image build|push [flags] BINARY... | image rootfs [-epoch N]")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -58,6 +60,12 @@ func run(args []string) error {
 		return err
 	}
 	binaries := fs.Args()
+	switch {
+	case args[0] == "rootfs" && len(binaries) != 0:
+		return fmt.Errorf("rootfs takes no argument, got %q", binaries)
+	case args[0] == "rootfs":
+		return imagebuild.WriteBaseFiles(os.Stdout, time.Unix(epoch, 0).UTC())
+	}
 	if args[0] == "push" {
 		if registry == "" || cfg.Version == "" {
 			return fmt.Errorf("push needs -registry and -version")

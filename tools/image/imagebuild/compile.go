@@ -10,21 +10,34 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
+// BuildEnv is the environment go build runs with, besides GOOS and GOARCH:
+// static binaries.
+func BuildEnv() []string {
+	return []string{"CGO_ENABLED=0"}
+}
+
+// BuildFlags are the flags of go build, before -o and the packages: paths
+// trimmed, and ldflags (the Makefile's LDFLAGS) as they are.
+func BuildFlags(ldflags string) []string {
+	return []string{"-trimpath", "-ldflags", ldflags}
+}
+
 // compile builds every binary for platform p into dir with one go build:
-// static (CGO_ENABLED=0), -trimpath, Config.LDFlags. The go command's build
-// cache is shared with every other build of the same platform and flags.
+// BuildEnv (static) and BuildFlags (-trimpath, Config.LDFlags). The go
+// command's build cache is shared with every other build of the same
+// platform and flags.
 func (c *Config) compile(ctx context.Context, p v1.Platform, dir string) error {
 	goCmd := c.GoCommand
 	if goCmd == "" {
 		goCmd = "go"
 	}
-	args := []string{"build", "-trimpath", "-ldflags", c.LDFlags, "-o", dir + string(os.PathSeparator)}
+	args := append(append([]string{"build"}, BuildFlags(c.LDFlags)...), "-o", dir+string(os.PathSeparator))
 	for _, b := range c.Binaries {
 		args = append(args, "./cmd/"+b)
 	}
 	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = c.Root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+	cmd.Env = append(append(os.Environ(), BuildEnv()...), "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -14,6 +14,14 @@ const (
 	User       = "65532:65532"
 )
 
+// BaseImage is what the images are built on: nothing ("scratch" in a
+// Dockerfile), only the base files (WriteBaseFiles) and the binary.
+const BaseImage = "scratch"
+
+// Path is the images' PATH: BuildKit's default for an image FROM scratch,
+// and distroless's.
+const Path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // OCI annotation keys the images carry as labels (and the index as
 // annotations).
 const (

@@ -10,9 +10,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// newImage assembles the image of binary for platform p from the base layer
-// and the binary's layer: entrypoint /<binary>, user 65532, labels, every
-// date Config.Created. Its media types are OCI's.
+// newImage assembles the image of binary for platform p from nothing
+// (BaseImage) but the base layer and the binary's layer, with ImageConfig,
+// every date Config.Created. Its media types are OCI's.
 func (c *Config) newImage(binary string, p v1.Platform, base, bin layerFile) (v1.Image, error) {
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	created := v1.Time{Time: c.Created.UTC()}
@@ -41,17 +41,26 @@ func (c *Config) newImage(binary string, p v1.Platform, base, bin layerFile) (v1
 	cf = cf.DeepCopy()
 	cf.Created = created
 	cf.OS, cf.Architecture, cf.Variant = p.OS, p.Architecture, p.Variant
-	cf.Config = v1.Config{
-		Entrypoint: []string{"/" + binary},
-		User:       User,
-		WorkingDir: "/",
-		Labels:     c.labels(binary),
-	}
+	cf.Config = c.ImageConfig(binary)
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return nil, fmt.Errorf("config of %s for %s: %w", binary, p, err)
 	}
 	return img, nil
+}
+
+// ImageConfig is the run configuration of the image of binary: entrypoint
+// /<binary>, user 65532:65532, working directory /, PATH as BuildKit gives an
+// image built FROM scratch (nothing in the images uses it), and the labels.
+// The Dockerfile at the repository's root gives the same (test/images).
+func (c *Config) ImageConfig(binary string) v1.Config {
+	return v1.Config{
+		Entrypoint: []string{"/" + binary},
+		User:       User,
+		WorkingDir: "/",
+		Env:        []string{"PATH=" + Path},
+		Labels:     c.labels(binary),
+	}
 }
 
 // newIndex is the multi-platform index of one binary's images, in the order

@@ -98,6 +98,7 @@ func TestImageConfig(t *testing.T) {
 			}
 			want := v1.Config{
 				Entrypoint: []string{"/mock-driver"}, User: "65532:65532", WorkingDir: "/",
+				Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 				Labels: map[string]string{
 					LabelTitle: "mock-driver", LabelVersion: "v0.1.0", LabelCreated: "2023-11-14T22:13:20Z",
 					LabelRevision: "abc", LabelSource: "https://example.com/src",

@@ -46,6 +46,13 @@ func baseEntries() []entry {
 	}
 }
 
+// WriteBaseFiles writes the base files of the images (baseEntries: the base
+// layer's content) to w as an uncompressed tar stream dated mtime, for a
+// Dockerfile to unpack into its FROM scratch images (`image rootfs`).
+func WriteBaseFiles(w io.Writer, mtime time.Time) error {
+	return writeTar(w, baseEntries(), mtime)
+}
+
 // layerFile is a gzip-compressed layer written to disk.
 type layerFile struct {
 	path string

@@ -3,6 +3,7 @@ package imagebuild
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"io"
 	"os"
 	"path/filepath"
@@ -105,5 +106,34 @@ func TestWriteLayerReproducible(t *testing.T) {
 	}
 	if !bytes.Equal(files[0], files[1]) {
 		t.Error("two writes of the same layer differ")
+	}
+}
+
+// TestWriteBaseFiles: the tar stream `image rootfs` gives the Dockerfile is,
+// byte for byte, the uncompressed base layer of the images.
+func TestWriteBaseFiles(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "base.tar.gz")
+	if _, err := writeLayer(p, baseEntries(), testEpoch); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := WriteBaseFiles(&got, testEpoch); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), layer) {
+		t.Errorf("WriteBaseFiles wrote %d bytes, not the base layer's %d", got.Len(), len(layer))
 	}
 }

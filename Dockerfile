@@ -1,0 +1,86 @@
+# The project's images, one target per binary of cmd/, the same images as
+# `make image` (tools/image) builds without a container engine: a static
+# binary (CGO_ENABLED=0, -trimpath, the Makefile's -ldflags) on no base image
+# but the base files of tools/image (/etc/passwd and /etc/group with the
+# nonroot user 65532, /home/nonroot, /tmp), user 65532:65532, entrypoint
+# /<binary>, the org.opencontainers.image.* labels.
+#
+#   docker buildx build --target csi-provisioner --platform linux/amd64,linux/arm64 \
+#     --build-arg VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) -t registry.example.com/csi-provisioner:v0.1.0 .
+#
+# test/images TestDockerfile evaluates this file with BuildKit's own frontend
+# and holds it to what `make image` builds; docs/install.md#images.
+
+# The Go release the builder compiles with: go.mod's go line (major.minor;
+# the image carries that release's latest patch).
+ARG GO_VERSION=1.26
+# What --version prints and the version label (the build context has no .git
+# to ask); REVISION (a commit) and CREATED (RFC 3339) are labels only.
+ARG VERSION=devel
+ARG REVISION=""
+ARG CREATED=""
+ARG SOURCE=https://github.com/csi-topology-provisioner/csi-topology-provisioner
+ARG LICENSES=Apache-2.0
+
+# The builder runs on the build machine's platform and cross-compiles for
+# the target's (TARGETOS, TARGETARCH): no emulation.
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS builder
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# The base files, as the tar stream of make image's base layer; tar runs as
+# root, so it keeps the owners (home/nonroot is 65532's) and modes (/tmp 1777).
+RUN mkdir /rootfs && go run ./tools/image rootfs | tar -x -p --same-owner -f - -C /rootfs
+ARG TARGETOS
+ARG TARGETARCH
+ARG VERSION
+# The Makefile's LDFLAGS: the project's version, and the Kubernetes release
+# (go.mod's k8s.io/kubernetes) that csi-topology-scheduler --version prints.
+RUN KUBE_VERSION="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)" && \
+    CGO_ENABLED=0 GOOS="${TARGETOS}" GOARCH="${TARGETARCH}" go build -trimpath \
+      -ldflags "-s -w -X main.version=${VERSION} -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION}" \
+      -o /out/ ./cmd/...
+
+# What every image shares: the base files, the user, the labels.
+FROM scratch AS runtime
+COPY --from=builder /rootfs/ /
+ARG VERSION
+ARG REVISION
+ARG CREATED
+ARG SOURCE
+ARG LICENSES
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="${LICENSES}"
+USER 65532:65532
+WORKDIR /
+
+FROM runtime AS csi-node-publisher
+COPY --from=builder /out/csi-node-publisher /csi-node-publisher
+LABEL org.opencontainers.image.title="csi-node-publisher"
+ENTRYPOINT ["/csi-node-publisher"]
+
+FROM runtime AS csi-topology-scheduler
+COPY --from=builder /out/csi-topology-scheduler /csi-topology-scheduler
+LABEL org.opencontainers.image.title="csi-topology-scheduler"
+ENTRYPOINT ["/csi-topology-scheduler"]
+
+FROM runtime AS csi-scheduler-extender
+COPY --from=builder /out/csi-scheduler-extender /csi-scheduler-extender
+LABEL org.opencontainers.image.title="csi-scheduler-extender"
+ENTRYPOINT ["/csi-scheduler-extender"]
+
+FROM runtime AS mock-driver
+COPY --from=builder /out/mock-driver /mock-driver
+LABEL org.opencontainers.image.title="mock-driver"
+ENTRYPOINT ["/mock-driver"]
+
+# The last stage, what a build without --target gives: the provisioner.
+FROM runtime AS csi-provisioner
+COPY --from=builder /out/csi-provisioner /csi-provisioner
+LABEL org.opencontainers.image.title="csi-provisioner"
+ENTRYPOINT ["/csi-provisioner"]
