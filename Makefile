@@ -57,6 +57,7 @@ test: $(PROGRESS)
 	@$(PROGRESS) -label "modules" -- $(GO) mod download
 	@cd test/controlplane/k8s && ../../../$(PROGRESS) -label "modules of the control plane" -- $(GO) mod download
 	@cd tools/dockerfile && ../../$(PROGRESS) -label "modules of the Dockerfile check" -- $(GO) mod download
+	@cd test/manifests/oldkustomize && ../../../$(PROGRESS) -label "modules of the oldest kustomize" -- $(GO) mod download
 	@echo "==> [2/6] gofmt"
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi

@@ -249,6 +249,13 @@ func lockFile(path string) (func(), error) {
 	}, nil
 }
 
+// GoCommand is goCommand for other test packages: a static go command in
+// dir that stops cleanly, with its whole process group, when ctx ends. Call
+// cleanup after the command has ended.
+func GoCommand(ctx context.Context, dir string, args ...string) (cmd *exec.Cmd, cleanup func()) {
+	return goCommand(ctx, dir, args...)
+}
+
 // goCommand returns a static (CGO_ENABLED=0) go command in dir that stops
 // cleanly when ctx ends: it runs in a process group of its own, and
 // cancelling kills the whole group, compilers and linker included (killing

@@ -53,7 +53,7 @@ var docFile = regexp.MustCompile("(?ms)^`acme/([\\w.-]+)`.*?\n```yaml\n(.*?)```\
 func TestInstallDocOverlay(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	overlay, names := writeInstallDocOverlay(t)
-	want := []string{"driver-flags.yaml", "kustomization.yaml", "node-paths.yaml", "scheduler-config.yaml"}
+	want := []string{"controller-flags.yaml", "kustomization.yaml", "node-flags.yaml", "node-paths.yaml", "scheduler-config.yaml"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("docs/install.md shows the files %v of acme/, want %v", names, want)
 	}

@@ -3,7 +3,9 @@
 // component through the overlays that include it) and the example overlay
 // of docs/install.md are rendered with the kustomize API and every object is
 // created with a server-side dry run, so a manifest the apiserver rejects
-// fails `make test`. The scheduler configurations are decoded and validated
+// fails `make test`. Each is also built with the oldest kustomize
+// docs/install.md supports (the nested module oldkustomize), which must
+// give the same objects. The scheduler configurations are decoded and validated
 // as kube-scheduler would, and every copy of the plugin's configuration must
 // equal the component's but for the driver name. The node deployment's
 // DaemonSet and the rules of its ServiceAccount are held to
