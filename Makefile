@@ -107,8 +107,10 @@ chaos: build
 		-args -chaos.full -chaos.seed=$(SEED) -chaos.claims=$(CLAIMS) -chaos.duration=$(DURATION)
 
 ## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
-## or SIGTERM to make, stops it and cleans up. make execs the program (no
-## `go run` in between) so that it is make's child.
+## or SIGTERM to make alone, stops it and cleans up. make execs the program (no
+## `go run` in between) so that it is make's child: make passes SIGTERM on to
+## it but not SIGINT, so the program watches make's signal handlers in /proc
+## and stops when make handles a fatal signal (test/cmd/run/stop.go).
 run: build
 	CGO_ENABLED=0 $(GO) build -o bin/run ./test/cmd/run
 	exec bin/run --bin-dir=bin $(ARGS)

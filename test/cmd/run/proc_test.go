@@ -48,3 +48,55 @@ func TestDescendants(t *testing.T) {
 		t.Errorf("descendants of 10 (-want +got):\n%s", diff)
 	}
 }
+
+func TestParseDispositions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		status  string
+		want    dispositions
+		wantErr bool
+	}{
+		{
+			name:   "GNU make 4.3",
+			status: "Name:\tmake\nSigQ:\t0/7823\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000010000\nSigIgn:\t0000000000000000\nSigCgt:\t0000000001814207\n",
+			want:   dispositions{caught: 0x1814207},
+		},
+		{name: "ignored", status: "SigIgn:\t0000000000000006\nSigCgt:\t0000000001814201\n", want: dispositions{caught: 0x1814201, ignored: 6}},
+		{name: "no SigIgn", status: "SigCgt:\t0000000001814207\n", wantErr: true},
+		{name: "malformed", status: "SigIgn:\tzz\nSigCgt:\t0000000001814207\n", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseDispositions([]byte(tc.status))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want error: %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDispositionsHandling checks which of make's fatal signals run watches:
+// every one make did not find ignored, including one make already handles
+// (no longer caught) when run starts.
+func TestDispositionsHandling(t *testing.T) {
+	const hup, intr, quit, term = 1 << 0, 1 << 1, 1 << 2, 1 << 14
+	const all = hup | intr | quit | term
+	for _, tc := range []struct {
+		name string
+		d    dispositions
+		want uint64
+	}{
+		{name: "make catches all", d: dispositions{caught: all | 1<<16}, want: all},
+		{name: "SIGINT and SIGQUIT ignored at make's start (a background job)", d: dispositions{caught: hup | term, ignored: intr | quit}, want: hup | term},
+		{name: "make handles SIGINT already", d: dispositions{caught: hup | quit | term}, want: all},
+		{name: "catches none", d: dispositions{caught: 1 << 16}, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.d.handling(); got != tc.want {
+				t.Errorf("handling() = %#x, want %#x", got, tc.want)
+			}
+		})
+	}
+}

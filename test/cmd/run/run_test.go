@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
@@ -76,10 +78,12 @@ func clusterDir(procs []proc) string {
 
 // TestMakeRunStops runs `make run` (which builds bin/ if needed, like a
 // user's first call) and signals make alone, as kill(1) does: during
-// start-up (kube-apiserver running) and once the table is printed. Within
-// 10 s make must have exited, no process it started may be left (make runs
-// in a session of its own, which every process it starts inherits) and the
-// cluster's temp dir must be gone; an interrupt is not reported as a crash.
+// start-up (kube-apiserver running), once the table is printed, and from
+// the recipe's shell just before bin/run starts (make then handles the
+// signal before bin/run can look at it). Within 30 s make must have exited,
+// no process it started may be left (make runs in a session of its own,
+// which every process it starts inherits) and the cluster's temp dir must
+// be gone; an interrupt is not reported as a crash.
 func TestMakeRunStops(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the control plane through make")
@@ -97,29 +101,59 @@ func TestMakeRunStops(t *testing.T) {
 		// nothing for this process and gives make the default disposition.
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGINT)
 	}
+	up := func(out string, _ []proc) bool { return strings.Contains(out, "The cluster stays up") }
 	for _, tc := range []struct {
-		name   string
-		signal syscall.Signal
-		// group sends the signal to make's process group, as Ctrl-C does.
-		group bool
-		// ready reports when to send the signal.
-		ready func(out string, procs []proc) bool
+		name string
+		s    sender
 	}{
-		{name: "SIGINT during start-up", signal: syscall.SIGINT, ready: apiserverRuns},
-		{name: "SIGTERM during start-up", signal: syscall.SIGTERM, ready: apiserverRuns},
-		{name: "Ctrl-C during start-up", signal: syscall.SIGINT, group: true, ready: apiserverRuns},
-		{name: "SIGINT once up", signal: syscall.SIGINT, ready: func(out string, _ []proc) bool {
-			return strings.Contains(out, "The cluster stays up")
-		}},
+		{name: "SIGINT during start-up", s: sender{sig: syscall.SIGINT, to: toMake, ready: apiserverRuns}},
+		{name: "SIGTERM during start-up", s: sender{sig: syscall.SIGTERM, to: toMake, ready: apiserverRuns}},
+		{name: "Ctrl-C during start-up", s: sender{sig: syscall.SIGINT, to: toGroup, ready: apiserverRuns}},
+		{name: "SIGINT once up", s: sender{sig: syscall.SIGINT, to: toMake, ready: up}},
+		{name: "SIGINT before the program starts", s: sender{sig: syscall.SIGINT, to: fromRecipe, ready: recipeSignalled}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			target := 1
-			if tc.group {
-				target = -1
-			}
-			runAndSignal(t, root, tc.signal, target, tc.ready)
-		})
+		t.Run(tc.name, func(t *testing.T) { runAndSignal(t, root, tc.s) })
 	}
+}
+
+// sender tells runAndSignal which signal goes where, and when.
+type sender struct {
+	sig syscall.Signal
+	to  target
+	// ready reports when the signal is (to be) sent.
+	ready func(out string, procs []proc) bool
+}
+
+type target int
+
+const (
+	// toMake sends the signal to make's process alone, as kill(1),
+	// timeout(1) --foreground or a process supervisor do.
+	toMake target = iota
+	// toGroup sends it to make's process group, as a terminal's Ctrl-C does.
+	toGroup
+	// fromRecipe has the recipe's shell send it to make (testdata/signal-make.sh
+	// in ARGS) after make started the recipe and before bin/run runs: make
+	// handles it before bin/run exists.
+	fromRecipe
+)
+
+// send sends the signal to make (pid, which leads its session and group)
+// or to its group.
+func (s sender) send(t *testing.T, pid int) {
+	t.Helper()
+	if s.to == toGroup {
+		pid = -pid
+	}
+	if err := syscall.Kill(pid, s.sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recipeSignalled is the ready of fromRecipe: signal-make.sh said it sent
+// the signal.
+func recipeSignalled(out string, _ []proc) bool {
+	return strings.Contains(out, "signal-make.sh: sent")
 }
 
 func apiserverRuns(_ string, procs []proc) bool {
@@ -131,11 +165,15 @@ func apiserverRuns(_ string, procs []proc) bool {
 	return false
 }
 
-// runAndSignal starts make run, waits until ready, sends sig to make
-// (target 1) or to its process group (target -1) and checks the aftermath.
-func runAndSignal(t *testing.T, root string, sig syscall.Signal, target int, ready func(string, []proc) bool) {
+// runAndSignal starts make run, waits until s.ready, sends s.sig as s.to
+// says and checks the aftermath.
+func runAndSignal(t *testing.T, root string, s sender) {
 	var out output
-	cmd := exec.Command("make", "--no-print-directory", "run", "ARGS=--timeout=3m")
+	args := "--timeout=3m"
+	if s.to == fromRecipe {
+		args += fmt.Sprintf(" $$(bash test/cmd/run/testdata/signal-make.sh $$PPID %s)", strings.TrimPrefix(unix.SignalName(s.sig), "SIG"))
+	}
+	cmd := exec.Command("make", "--no-print-directory", "run", "ARGS="+args)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -146,11 +184,15 @@ func runAndSignal(t *testing.T, root string, sig syscall.Signal, target int, rea
 	sid := cmd.Process.Pid
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	var dir string // the cluster's temp dir, once seen
 	t.Cleanup(func() {
 		for _, p := range session(t, sid) { // after a failure: leave nothing
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
 		<-exited
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
 	})
 
 	// The first run may build the control plane (minutes); then ~30 s.
@@ -158,29 +200,32 @@ func runAndSignal(t *testing.T, root string, sig syscall.Signal, target int, rea
 	if deadline, ok := t.Deadline(); ok {
 		timeout = time.Until(deadline) - 30*time.Second
 	}
-	var dir string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		procs := session(t, sid)
+		if d := clusterDir(procs); d != "" {
+			dir = d
+		}
+		if s.ready(out.String(), procs) {
+			return true, nil
+		}
 		select {
 		case <-exited:
 			t.Fatalf("make run ended before the signal:\n%s", out.String())
 		default:
 		}
-		procs := session(t, sid)
-		if d := clusterDir(procs); d != "" {
-			dir = d
-		}
-		return ready(out.String(), procs), nil
+		return false, nil
 	})
 	if err != nil {
 		t.Fatalf("make run never got ready for the signal: %v\n%s", err, out.String())
 	}
-	if dir == "" {
-		t.Fatalf("no etcd seen in make's session:\n%s", out.String())
-	}
-	if err := syscall.Kill(target*sid, sig); err != nil { // make leads its session and group
-		t.Fatal(err)
-	}
 	signalled := time.Now()
+	if s.to != fromRecipe {
+		if dir == "" {
+			t.Fatalf("no etcd seen in make's session:\n%s", out.String())
+		}
+		s.send(t, sid)
+	}
+	sig := s.sig
 	// stopBudget is not a speed claim (it usually takes under a second) but
 	// the worst case of the design: kube-apiserver gets 15 s to stop before
 	// SIGKILL, then etcd stops; on a loaded machine that happens.
@@ -194,11 +239,18 @@ func runAndSignal(t *testing.T, root string, sig syscall.Signal, target int, rea
 	if left := session(t, sid); len(left) > 0 {
 		t.Errorf("processes left after make exited: %v", left)
 	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("the cluster's temp dir %s is left (stat: %v)", dir, err)
+	if dir != "" {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("the cluster's temp dir %s is left (stat: %v)", dir, err)
+		}
 	}
-	text := out.String()
-	// make reports "Interrupt" or "Terminated", not "Error <status>".
+	checkStoppedOutput(t, out.String())
+}
+
+// checkStoppedOutput checks that make run's output tells of a stop, not a
+// failure: make reports "Interrupt" or "Terminated", not "Error <status>".
+func checkStoppedOutput(t *testing.T, text string) {
+	t.Helper()
 	for _, crash := range []string{"signal: killed", "--- last", "] Error "} {
 		if strings.Contains(text, crash) {
 			t.Errorf("the output shows %q, as if the run had failed:\n%s", crash, text)

@@ -57,9 +57,12 @@ var fatalSignals = []syscall.Signal{syscall.SIGINT, syscall.SIGHUP, syscall.SIGQ
 // watchParent returns a context that ends when the parent process ends
 // (PR_SET_PDEATHSIG delivers SIGTERM, which the caller's signal handling
 // turns into its own end, and a poll catches the race before prctl) or, when
-// the parent is make, when make starts handling a fatal signal: make then
-// resets that signal to its default disposition, which /proc shows
-// (SigCgt), and waits for its children, which would otherwise never end.
+// the parent is make, when make handles a fatal signal: make then resets
+// that signal to its default disposition, which /proc shows (SigCgt), and
+// waits for its children, which would otherwise never end. make catches
+// every fatal signal it did not find ignored at its start (SigIgn), so one
+// that is neither caught nor ignored when this process starts is one make
+// got before: between starting the recipe and this look.
 func watchParent(ctx context.Context) (context.Context, error) {
 	ppid := os.Getppid()
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGTERM), 0, 0, 0); err != nil {
@@ -73,14 +76,12 @@ func watchParent(ctx context.Context) (context.Context, error) {
 	}
 	var fatal uint64
 	if isMake(ppid) {
-		caught, err := caughtSignals(ppid)
+		d, err := signalDispositions(ppid)
 		if err != nil {
 			cancel(err)
 			return nil, err
 		}
-		for _, s := range fatalSignals {
-			fatal |= caught & (1 << (uint(s) - 1))
-		}
+		fatal = d.handling()
 	}
 	go wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if os.Getppid() != ppid {
@@ -90,13 +91,13 @@ func watchParent(ctx context.Context) (context.Context, error) {
 		if fatal == 0 {
 			return
 		}
-		caught, err := caughtSignals(ppid)
+		d, err := signalDispositions(ppid)
 		if err != nil {
 			cancel(gone)
 			return
 		}
 		for _, sig := range fatalSignals {
-			if bit := uint64(1) << (uint(sig) - 1); fatal&bit != 0 && caught&bit == 0 {
+			if bit := sigBit(sig); fatal&bit != 0 && d.caught&bit == 0 {
 				klog.FromContext(ctx).V(2).Info("The parent handles a fatal signal", "parent", ppid, "signal", sig)
 				cancel(stopped{sig: sig, parent: "make got " + sig.String()})
 				return
@@ -106,6 +107,29 @@ func watchParent(ctx context.Context) (context.Context, error) {
 	return ctx, nil
 }
 
+// dispositions are a process's masks of caught and of ignored signals
+// (bit n-1 for signal n).
+type dispositions struct {
+	caught, ignored uint64
+}
+
+// handling returns the mask of the fatal signals to watch in make's
+// dispositions d: those not ignored, or none if make catches none of them
+// (a make that does not handle signals as GNU make does).
+func (d dispositions) handling() uint64 {
+	var fatal uint64
+	for _, s := range fatalSignals {
+		fatal |= sigBit(s)
+	}
+	fatal &^= d.ignored
+	if d.caught&fatal == 0 {
+		return 0
+	}
+	return fatal
+}
+
+func sigBit(sig syscall.Signal) uint64 { return 1 << (uint(sig) - 1) }
+
 // isMake reports whether process pid is GNU make.
 func isMake(pid int) bool {
 	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
@@ -113,19 +137,43 @@ func isMake(pid int) bool {
 	return err == nil && (name == "make" || name == "gmake")
 }
 
-// caughtSignals returns process pid's mask of caught signals (bit n-1 for
-// signal n), the SigCgt line of /proc/<pid>/status.
-func caughtSignals(pid int) (uint64, error) {
+// signalDispositions returns process pid's caught and ignored signals, the
+// SigCgt and SigIgn lines of /proc/<pid>/status.
+func signalDispositions(pid int) (dispositions, error) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0, err
+		return dispositions{}, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if hex, ok := strings.CutPrefix(line, "SigCgt:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+	return parseDispositions(data)
+}
+
+// parseDispositions parses the SigCgt and SigIgn lines of the content of
+// /proc/<pid>/status.
+func parseDispositions(status []byte) (dispositions, error) {
+	var d dispositions
+	found := 0
+	for _, line := range strings.Split(string(status), "\n") {
+		name, value, _ := strings.Cut(line, ":")
+		var dst *uint64
+		switch name {
+		case "SigCgt":
+			dst = &d.caught
+		case "SigIgn":
+			dst = &d.ignored
+		default:
+			continue
 		}
+		mask, err := strconv.ParseUint(strings.TrimSpace(value), 16, 64)
+		if err != nil {
+			return dispositions{}, fmt.Errorf("%s in /proc status: %w", name, err)
+		}
+		*dst = mask
+		found++
 	}
-	return 0, fmt.Errorf("no SigCgt in /proc/%d/status", pid)
+	if found != 2 {
+		return dispositions{}, fmt.Errorf("no SigCgt and SigIgn in /proc status %q", status)
+	}
+	return d, nil
 }
 
 // interruptGroup sends SIGINT to the processes this one started in its own
