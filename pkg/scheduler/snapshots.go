@@ -26,6 +26,10 @@ var (
 	ErrSnapshotNotFound = errors.New("the VolumeSnapshot does not exist yet")
 )
 
+// snapshotProbeInterval bounds the time between two probes of a missing
+// VolumeSnapshot API.
+const snapshotProbeInterval = 10 * time.Second
+
 // snapshotLister implements SnapshotSource on a VolumeSnapshot lister that
 // api, when set, says whether to trust.
 type snapshotLister struct {
@@ -97,6 +101,9 @@ func SnapshotInformer(client snapclient.Interface) Snapshots {
 		},
 		Start:     func(ctx context.Context) { factory.Start(ctx.Done()) },
 		HasSynced: s.Informer.HasSynced,
+		// One scheduler (or a few extender replicas) probes: often enough
+		// that the CRDs are usually picked up before a snapshot exists.
+		MaxInterval: snapshotProbeInterval,
 	})
 	s.Source = snapshotLister{l: inf.Lister(), api: s.API}
 	return s
