@@ -43,7 +43,7 @@ func TestSnapshotCRDsInstalledLate(t *testing.T) {
 	restore := &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "restore"},
 		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(classWFFC), AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			Resources: src.claim.Spec.Resources,
+			Resources:     src.claim.Spec.Resources,
 			DataSourceRef: &v1.TypedObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: "snap"},
 			DataSource:    &v1.TypedLocalObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: "snap"}},
 	}
