@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // waitFor polls cond until it holds (generous: tests run under load).
@@ -61,10 +63,19 @@ func TestCloneProtection(t *testing.T) {
 
 	// A new clone is provisioned: Protect adds the finalizer again, even
 	// if the informer has not seen the removal yet.
+	// The running controller may remove it again at once: record the
+	// write itself rather than read it back.
+	var added atomic.Bool
+	e.client.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if c, ok := a.(k8stesting.UpdateAction).GetObject().(*v1.PersistentVolumeClaim); ok && c.Name == "src" && hasString(c.Finalizers, FinalizerCloneSource) {
+			added.Store(true)
+		}
+		return false, nil, nil
+	})
 	if err := e.protection.Protect(e.ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if !hasString(finalizers(), FinalizerCloneSource) {
+	if !added.Load() {
 		t.Fatal("Protect did not add the finalizer back")
 	}
 	// No clone of src is pending (none was created for this Protect): the
