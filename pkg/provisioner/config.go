@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -76,6 +77,12 @@ type Config struct {
 	// segment go back to the scheduler without a CreateVolume. Default 1m.
 	// See fullSegments.
 	FullSegmentHold time.Duration
+	// Identity names this provisioner instance in the
+	// storage.kubernetes.io/csiProvisionerIdentity volume attribute of the
+	// PVs it makes. Default, as upstream: <start time in ms since the
+	// epoch>-<random number below 10000>-<DriverName>, with -<node name>
+	// appended in node deployment.
+	Identity string
 	// Node, when set, makes this the instance of one node (node
 	// deployment); nil: one provisioner for the whole cluster.
 	Node *NodeDeployment
@@ -98,6 +105,12 @@ func (c Config) withDefaults() Config {
 		c.FullSegmentHold = defaultFullSegmentHold
 	}
 	c.Node = c.Node.withDefaults()
+	if c.Identity == "" {
+		c.Identity = fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), c.DriverName)
+		if c.Node != nil {
+			c.Identity += "-" + c.Node.NodeName
+		}
+	}
 	return c
 }
 

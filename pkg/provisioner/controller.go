@@ -206,6 +206,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		CSI:        csiClient,
 		Secrets:    client.CoreV1(),
 		CSINodes:   csiNodes.Lister(),
+		Classes:    factory.Storage().V1().StorageClasses().Lister(),
 		Index:      index,
 		Decisions:  decisions,
 		Selections: NewSelectionClock(nil),

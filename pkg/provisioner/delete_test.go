@@ -6,8 +6,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 )
 
@@ -97,5 +99,94 @@ func TestDeleteIgnoresOtherDrivers(t *testing.T) {
 		if err := e.p.Delete(e.ctx, pv); !errors.As(err, &ignored) {
 			t.Errorf("Delete(%s) = %v, want IgnoredError", pv.Name, err)
 		}
+	}
+}
+
+// DeleteVolume gets the secret upstream external-provisioner v6.3.0 would
+// send: the one the PV's annotations name (none when they are empty), else
+// the provisioner secret of the PV's StorageClass (its own keys or the
+// default secret), resolved for the PV's claimRef. A secret that is gone,
+// a class that is gone and a PV without claimRef mean no secrets; a class of
+// another provisioner is not read. A template that cannot be resolved, or a
+// secret that exists but cannot be read, fails the delete (retried) without
+// calling the driver.
+func TestDeletionSecrets(t *testing.T) {
+	creds := map[string]string{"password": "hunter2"}
+	other := makeClass("foreign").withParams("csi.storage.k8s.io/provisioner-secret-name", "data-creds",
+		"csi.storage.k8s.io/provisioner-secret-namespace", "apps")
+	other.Provisioner = "other.example.com"
+	e := newEnv(t, envOptions{objs: []runtime.Object{
+		secret("apps", "data-creds", creds),
+		makeClass("secure").withParams("csi.storage.k8s.io/provisioner-secret-name", "${pvc.name}-creds",
+			"csi.storage.k8s.io/provisioner-secret-namespace", "${pvc.namespace}").StorageClass,
+		makeClass("shared").withParams("csi.storage.k8s.io/secret-name", "data-creds",
+			"csi.storage.k8s.io/secret-namespace", "apps").StorageClass,
+		makeClass("by-annotation").withParams("csi.storage.k8s.io/provisioner-secret-name", "${pvc.annotations['team']}",
+			"csi.storage.k8s.io/provisioner-secret-namespace", "apps").StorageClass,
+		other.StorageClass,
+	}})
+	e.client.PrependReactor("get", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.GetAction).GetName() == "locked" {
+			return true, nil, apierrors.NewForbidden(v1.Resource("secrets"), "locked", errors.New("no access"))
+		}
+		return false, nil, nil
+	})
+	annotated := func(ns, name string) map[string]string {
+		return map[string]string{annDeletionSecretName: name, annDeletionSecretNamespace: ns}
+	}
+	tests := []struct {
+		name        string
+		class       string
+		annotations map[string]string
+		noClaimRef  bool
+		wantSecrets map[string]string
+		wantErr     bool
+	}{
+		{name: "annotations name the secret", class: "shared", annotations: annotated("apps", "data-creds"), wantSecrets: creds},
+		{name: "annotated secret is gone", class: "secure", annotations: annotated("apps", "absent")},
+		{name: "empty annotations: no secret, the class is not read", class: "secure", annotations: annotated("", "")},
+		{name: "no annotations: the class's provisioner secret", class: "secure", wantSecrets: creds},
+		{name: "no annotations: the class's default secret", class: "shared", wantSecrets: creds},
+		{name: "no annotations, class gone", class: "deleted"},
+		{name: "no annotations, class of another provisioner", class: "foreign"},
+		{name: "no annotations, no claimRef", class: "secure", noClaimRef: true},
+		{name: "no annotations, template needs the claim's annotations", class: "by-annotation", wantErr: true},
+		{name: "secret cannot be read", class: "secure", annotations: annotated("apps", "locked"), wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pv := &v1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: "pvc-uid-data", Annotations: tc.annotations},
+				Spec: v1.PersistentVolumeSpec{
+					StorageClassName: tc.class,
+					ClaimRef:         &v1.ObjectReference{Namespace: "apps", Name: "data"},
+					PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+						Driver: testDriver, VolumeHandle: "vol-gone"}},
+				},
+			}
+			if tc.noClaimRef {
+				pv.Spec.ClaimRef = nil
+			}
+			before := len(e.csi.deletes)
+			err := e.p.Delete(e.ctx, pv)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatal("Delete succeeded, want an error")
+				}
+				if len(e.csi.deletes) != before {
+					t.Error("DeleteVolume called although its secret could not be determined")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Delete: %v", err)
+			}
+			if len(e.csi.deletes) != before+1 {
+				t.Fatalf("DeleteVolume calls = %d, want 1", len(e.csi.deletes)-before)
+			}
+			if diff := cmp.Diff(tc.wantSecrets, e.csi.deletes[before].GetSecrets()); diff != "" {
+				t.Errorf("DeleteVolume secrets (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

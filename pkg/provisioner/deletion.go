@@ -2,13 +2,16 @@ package provisioner
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/util"
 )
 
 // deletedMemory is how long the provisioner remembers that it deleted a PV's
@@ -82,4 +85,86 @@ func (p *Provisioner) ShouldDelete(ctx context.Context, pv *v1.PersistentVolume)
 		return false
 	}
 	return true
+}
+
+// deletionSecrets returns the secrets DeleteVolume gets for pv
+// (deletionSecretRef says which). A secret that no longer exists gives no
+// secrets, as upstream: DeleteVolume is called without them (a namespace
+// deleted with its claims takes their secrets along). Any other failure to
+// read it is returned, and the delete retried, where upstream would call
+// DeleteVolume without the credentials the class asked for.
+func (p *Provisioner) deletionSecrets(ctx context.Context, pv *v1.PersistentVolume) (map[string]string, error) {
+	ref, err := p.deletionSecretRef(ctx, pv)
+	if err != nil || ref == nil {
+		return nil, err
+	}
+	secrets, err := p.readSecret(ctx, ref)
+	if apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Info("Deletion secret not found, deleting the volume without secrets",
+			"pv", klog.KObj(pv), "secret", klog.KRef(ref.Namespace, ref.Name))
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading deletion secret of PV %q: %w", pv.Name, err)
+	}
+	return secrets, nil
+}
+
+// deletionSecretRef returns the secret DeleteVolume needs for pv, as
+// upstream chooses it:
+//   - the PV's deletion-secret annotations when it has both; empty ones
+//     (a class without a provisioner secret) mean none;
+//   - without them, the provisioner secret of the PV's StorageClass (its
+//     own keys, deprecated ones or the default secret), resolved for the
+//     PV's name and its claimRef's name and namespace; none when the class
+//     no longer exists or the PV has no claimRef. A class of another
+//     provisioner is not used (its secrets are not meant for this driver).
+func (p *Provisioner) deletionSecretRef(ctx context.Context, pv *v1.PersistentVolume) (*v1.SecretReference, error) {
+	logger := klog.FromContext(ctx)
+	name, hasName := pv.Annotations[annDeletionSecretName]
+	ns, hasNamespace := pv.Annotations[annDeletionSecretNamespace]
+	if hasName && hasNamespace {
+		if name == "" || ns == "" {
+			return nil, nil
+		}
+		return &v1.SecretReference{Name: name, Namespace: ns}, nil
+	}
+	className := util.GetPersistentVolumeClass(pv)
+	if className == "" || p.deps.Classes == nil {
+		return nil, nil
+	}
+	class, err := p.deps.Classes.Get(className)
+	if err != nil {
+		logger.Info("StorageClass of a PV without deletion-secret annotations not found, deleting the volume without secrets",
+			"pv", klog.KObj(pv), "storageClass", className, "err", err)
+		return nil, nil
+	}
+	if class.Provisioner != p.cfg.DriverName {
+		logger.Info("StorageClass of a PV without deletion-secret annotations belongs to another provisioner, deleting the volume without secrets",
+			"pv", klog.KObj(pv), "storageClass", className, "provisioner", class.Provisioner)
+		return nil, nil
+	}
+	t, ok, err := collectSecretKeys(class.Parameters).template(secretProvisioner)
+	if pv.Spec.ClaimRef == nil {
+		if ok || err != nil {
+			logger.Info("PV without deletion-secret annotations has no claimRef to resolve its class's provisioner secret, deleting the volume without secrets",
+				"pv", klog.KObj(pv), "storageClass", className)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deletion secret of PV %q from StorageClass %q: %w", pv.Name, className, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	ref, err := resolveSecretRef(secretProvisioner, t, templateVars{
+		pvName:       pv.Name,
+		pvcName:      pv.Spec.ClaimRef.Name,
+		pvcNamespace: pv.Spec.ClaimRef.Namespace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deletion secret of PV %q from StorageClass %q: %w", pv.Name, className, err)
+	}
+	return ref, nil
 }

@@ -158,6 +158,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	index := topology.NewIndex(testDriver)
 	csiNodes := factory.Storage().V1().CSINodes()
+	classes := factory.Storage().V1().StorageClasses().Lister()
 	indexSynced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), csiNodes.Informer())
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	cfg := o.cfg
 	cfg.DriverName = testDriver
-	deps := Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Index: index, Decisions: NewDecisionLog(),
+	deps := Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Classes: classes, Index: index, Decisions: NewDecisionLog(),
 		Clock: o.clock, Metrics: o.metrics, Sources: srcs, DriverStatus: o.driverStatus}
 	if o.records {
 		deps.ClaimPatcher = cs.CoreV1()

@@ -9,22 +9,40 @@ import (
 )
 
 func TestParseClassParameters(t *testing.T) {
+	tmpl := func(name, namespace string) secretTemplate {
+		return secretTemplate{name: name, namespace: namespace, nameSet: true, namespaceSet: true}
+	}
+	every := func(t secretTemplate) map[secretKind]secretTemplate {
+		out := map[secretKind]secretTemplate{}
+		for _, k := range secretKinds {
+			out[k] = t
+		}
+		return out
+	}
+	withKind := func(m map[secretKind]secretTemplate, k secretKind, t secretTemplate) map[secretKind]secretTemplate {
+		m[k] = t
+		return m
+	}
 	tests := []struct {
-		name       string
-		params     map[string]string
-		wantDriver map[string]string
-		wantFS     string
-		wantErr    error
+		name           string
+		params         map[string]string
+		wantDriver     map[string]string
+		wantFS         string
+		wantSecrets    map[secretKind]secretTemplate
+		wantDeprecated []deprecatedParameter
+		wantErr        error
 	}{
 		{
-			name:       "prefixed keys are consumed",
-			params:     map[string]string{"type": "fast", paramFSType: "xfs", "csi.storage.k8s.io/provisioner-secret-name": "s", "csi.storage.k8s.io/provisioner-secret-namespace": "ns"},
-			wantDriver: map[string]string{"type": "fast"},
-			wantFS:     "xfs",
+			name:        "prefixed keys are consumed",
+			params:      map[string]string{"type": "fast", paramFSType: "xfs", "csi.storage.k8s.io/provisioner-secret-name": "s", "csi.storage.k8s.io/provisioner-secret-namespace": "ns"},
+			wantDriver:  map[string]string{"type": "fast"},
+			wantFS:      "xfs",
+			wantSecrets: map[secretKind]secretTemplate{secretProvisioner: tmpl("s", "ns")},
 		},
 		{
-			name:       "no parameters",
-			wantDriver: map[string]string{},
+			name:        "no parameters",
+			wantDriver:  map[string]string{},
+			wantSecrets: map[secretKind]secretTemplate{},
 		},
 		{
 			name:    "unknown prefixed key",
@@ -34,6 +52,96 @@ func TestParseClassParameters(t *testing.T) {
 		{
 			name:    "secret name without namespace",
 			params:  map[string]string{"csi.storage.k8s.io/node-stage-secret-name": "s"},
+			wantErr: ErrInvalidParameter,
+		},
+		{
+			name:        "default secret is every kind's secret",
+			params:      map[string]string{"csi.storage.k8s.io/secret-name": "${pvc.name}", "csi.storage.k8s.io/secret-namespace": "${pvc.namespace}"},
+			wantDriver:  map[string]string{},
+			wantSecrets: every(tmpl("${pvc.name}", "${pvc.namespace}")),
+		},
+		{
+			name: "a kind's own secret wins over the default",
+			params: map[string]string{"csi.storage.k8s.io/secret-name": "all", "csi.storage.k8s.io/secret-namespace": "ns",
+				"csi.storage.k8s.io/node-stage-secret-name": "stage", "csi.storage.k8s.io/node-stage-secret-namespace": "stage-ns"},
+			wantDriver:  map[string]string{},
+			wantSecrets: withKind(every(tmpl("all", "ns")), secretNodeStage, tmpl("stage", "stage-ns")),
+		},
+		{
+			name: "half a kind's own secret does not fall back to the default",
+			params: map[string]string{"csi.storage.k8s.io/secret-name": "all", "csi.storage.k8s.io/secret-namespace": "ns",
+				"csi.storage.k8s.io/node-stage-secret-name": "stage"},
+			wantErr: ErrInvalidParameter,
+		},
+		{
+			name:    "default secret name without namespace",
+			params:  map[string]string{"csi.storage.k8s.io/secret-name": "all"},
+			wantErr: ErrInvalidParameter,
+		},
+		{
+			name: "deprecated secret keys are honoured and still reach the driver",
+			params: map[string]string{"csiProvisionerSecretName": "p", "csiProvisionerSecretNamespace": "p-ns",
+				"csiControllerPublishSecretName": "cp", "csiControllerPublishSecretNamespace": "cp-ns",
+				"csiNodeStageSecretName": "ns", "csiNodeStageSecretNamespace": "ns-ns",
+				"csiNodePublishSecretName": "np", "csiNodePublishSecretNamespace": "np-ns"},
+			wantDriver: map[string]string{"csiProvisionerSecretName": "p", "csiProvisionerSecretNamespace": "p-ns",
+				"csiControllerPublishSecretName": "cp", "csiControllerPublishSecretNamespace": "cp-ns",
+				"csiNodeStageSecretName": "ns", "csiNodeStageSecretNamespace": "ns-ns",
+				"csiNodePublishSecretName": "np", "csiNodePublishSecretNamespace": "np-ns"},
+			wantSecrets: map[secretKind]secretTemplate{
+				secretProvisioner: tmpl("p", "p-ns"), secretControllerPublish: tmpl("cp", "cp-ns"),
+				secretNodeStage: tmpl("ns", "ns-ns"), secretNodePublish: tmpl("np", "np-ns"),
+			},
+			wantDeprecated: []deprecatedParameter{
+				{key: "csiControllerPublishSecretName", use: "csi.storage.k8s.io/controller-publish-secret-name"},
+				{key: "csiControllerPublishSecretNamespace", use: "csi.storage.k8s.io/controller-publish-secret-namespace"},
+				{key: "csiNodePublishSecretName", use: "csi.storage.k8s.io/node-publish-secret-name"},
+				{key: "csiNodePublishSecretNamespace", use: "csi.storage.k8s.io/node-publish-secret-namespace"},
+				{key: "csiNodeStageSecretName", use: "csi.storage.k8s.io/node-stage-secret-name"},
+				{key: "csiNodeStageSecretNamespace", use: "csi.storage.k8s.io/node-stage-secret-namespace"},
+				{key: "csiProvisionerSecretName", use: "csi.storage.k8s.io/provisioner-secret-name"},
+				{key: "csiProvisionerSecretNamespace", use: "csi.storage.k8s.io/provisioner-secret-namespace"},
+			},
+		},
+		{
+			name:        "a deprecated key and a prefixed one may set the two fields",
+			params:      map[string]string{"csiProvisionerSecretName": "p", "csi.storage.k8s.io/provisioner-secret-namespace": "p-ns"},
+			wantDriver:  map[string]string{"csiProvisionerSecretName": "p"},
+			wantSecrets: map[secretKind]secretTemplate{secretProvisioner: tmpl("p", "p-ns")},
+			wantDeprecated: []deprecatedParameter{
+				{key: "csiProvisionerSecretName", use: "csi.storage.k8s.io/provisioner-secret-name"},
+			},
+		},
+		{
+			name: "a deprecated and a prefixed key for the same field",
+			params: map[string]string{"csiNodeStageSecretName": "a", "csiNodeStageSecretNamespace": "ns",
+				"csi.storage.k8s.io/node-stage-secret-name": "b"},
+			wantErr: ErrInvalidParameter,
+		},
+		{
+			name:           "deprecated fstype sets the filesystem and reaches the driver",
+			params:         map[string]string{"fstype": "ext3", "type": "fast"},
+			wantDriver:     map[string]string{"fstype": "ext3", "type": "fast"},
+			wantFS:         "ext3",
+			wantSecrets:    map[secretKind]secretTemplate{},
+			wantDeprecated: []deprecatedParameter{{key: "fstype", use: paramFSType}},
+		},
+		{
+			name:           "deprecated fstype in any case",
+			params:         map[string]string{"fsType": "xfs"},
+			wantDriver:     map[string]string{"fsType": "xfs"},
+			wantFS:         "xfs",
+			wantSecrets:    map[secretKind]secretTemplate{},
+			wantDeprecated: []deprecatedParameter{{key: "fsType", use: paramFSType}},
+		},
+		{
+			name:    "fstype and the prefixed fstype",
+			params:  map[string]string{"fstype": "ext3", paramFSType: "ext4"},
+			wantErr: ErrInvalidParameter,
+		},
+		{
+			name:    "two spellings of fstype",
+			params:  map[string]string{"fstype": "ext3", "fsType": "ext3"},
 			wantErr: ErrInvalidParameter,
 		},
 	}
@@ -51,6 +159,12 @@ func TestParseClassParameters(t *testing.T) {
 			}
 			if got.fsType != tc.wantFS {
 				t.Errorf("fsType = %q, want %q", got.fsType, tc.wantFS)
+			}
+			if diff := cmp.Diff(tc.wantSecrets, got.secrets, cmp.AllowUnexported(secretTemplate{})); diff != "" {
+				t.Errorf("secret templates (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantDeprecated, got.deprecated, cmp.AllowUnexported(deprecatedParameter{})); diff != "" {
+				t.Errorf("deprecated keys (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -72,6 +72,10 @@ type Deps struct {
 	// off, which is unsafe: a volume created before a crash or a race can
 	// leak (inflight.go).
 	ClaimPatcher corev1client.PersistentVolumeClaimsGetter
+	// Classes reads StorageClasses: at delete, the provisioner secret of a
+	// PV without deletion-secret annotations comes from its class, as
+	// upstream. May be nil: such PVs are deleted without secrets.
+	Classes storagelisters.StorageClassLister
 	// Attachments tells which VolumeAttachments name a PV: Delete refuses
 	// while one does. nil: no check (a driver without
 	// PUBLISH_UNPUBLISH_VOLUME). See attachments.go.
@@ -174,6 +178,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	if err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
+	req.warnDeprecated(logger)
 	if req.source, err = p.resolveSource(ctx, claim); err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
@@ -421,13 +426,9 @@ func (p *Provisioner) delete(ctx context.Context, pv *v1.PersistentVolume) error
 	if err := p.checkDetached(pv.Name); err != nil {
 		return err
 	}
-	var secrets map[string]string
-	name, ns := pv.Annotations[annDeletionSecretName], pv.Annotations[annDeletionSecretNamespace]
-	if name != "" {
-		var err error
-		if secrets, err = p.readSecret(ctx, &v1.SecretReference{Name: name, Namespace: ns}); err != nil {
-			return fmt.Errorf("reading deletion secret of PV %q: %w", pv.Name, err)
-		}
+	secrets, err := p.deletionSecrets(ctx, pv)
+	if err != nil {
+		return err
 	}
 	if err := p.deleteVolume(ctx, pv.Spec.CSI.VolumeHandle, secrets); err != nil {
 		return err

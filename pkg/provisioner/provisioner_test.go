@@ -89,7 +89,7 @@ func TestProvisionDelayedBinding(t *testing.T) {
 }
 
 func TestProvisionPV(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true, DefaultFSType: "ext4"}, nodes: threeZones})
+	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true, DefaultFSType: "ext4", Identity: "1700000000000-42-" + testDriver}, nodes: threeZones})
 	retain := v1.PersistentVolumeReclaimRetain
 	class := makeClass("c").withParams("type", "fast")
 	class.ReclaimPolicy = &retain
@@ -106,10 +106,13 @@ func TestProvisionPV(t *testing.T) {
 		Capacity:                      v1.ResourceList{v1.ResourceStorage: *resourceQuantity(3 * gi)},
 		NodeAffinity:                  zoneAffinity("z1"),
 		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
-			Driver:           testDriver,
-			VolumeHandle:     pv.Spec.CSI.VolumeHandle,
-			FSType:           "ext4",
-			VolumeAttributes: map[string]string{driver.ContextSegment: zoneKey + "=z1"},
+			Driver:       testDriver,
+			VolumeHandle: pv.Spec.CSI.VolumeHandle,
+			FSType:       "ext4",
+			VolumeAttributes: map[string]string{
+				driver.ContextSegment:                          zoneKey + "=z1",
+				"storage.kubernetes.io/csiProvisionerIdentity": "1700000000000-42-" + testDriver,
+			},
 		}},
 	}
 	if diff := cmp.Diff(want, pv.Spec); diff != "" {

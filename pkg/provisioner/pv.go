@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -37,7 +38,7 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 	source := &v1.CSIPersistentVolumeSource{
 		Driver:           p.cfg.DriverName,
 		VolumeHandle:     vol.GetVolumeId(),
-		VolumeAttributes: vol.GetVolumeContext(),
+		VolumeAttributes: p.volumeAttributes(vol),
 		FSType:           req.fsType,
 		ReadOnly:         p.cfg.ControllerPublishReadOnly && readerOnly(req.csi.GetVolumeCapabilities()),
 	}
@@ -63,16 +64,15 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 	if p.cfg.SupportsTopology {
 		pv.Spec.NodeAffinity = topology.NodeAffinity(vol.GetAccessibleTopology())
 	}
+	// As upstream, a PV without a provisioner secret records that with
+	// empty annotations, so that its delete does not fall back to the
+	// class's parameters (deletionSecretRef).
+	pv.Annotations = map[string]string{annDeletionSecretName: "", annDeletionSecretNamespace: ""}
 	if ref := req.secrets[secretProvisioner]; ref != nil {
-		pv.Annotations = map[string]string{
-			annDeletionSecretName:      ref.Name,
-			annDeletionSecretNamespace: ref.Namespace,
-		}
+		pv.Annotations[annDeletionSecretName] = ref.Name
+		pv.Annotations[annDeletionSecretNamespace] = ref.Namespace
 	}
 	if ref := req.secrets[secretControllerModify]; ref != nil {
-		if pv.Annotations == nil {
-			pv.Annotations = map[string]string{}
-		}
 		pv.Annotations[annModifySecretName] = ref.Name
 		pv.Annotations[annModifySecretNamespace] = ref.Namespace
 	}
@@ -81,6 +81,20 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 		pv.Spec.VolumeAttributesClassName = &name
 	}
 	return pv, nil
+}
+
+// annProvisionerIdentity is upstream's volume attribute naming the
+// provisioner instance that made a volume (Config.Identity). Nothing reads
+// it back, here or upstream; drivers and tools may.
+const annProvisionerIdentity = "storage.kubernetes.io/csiProvisionerIdentity"
+
+// volumeAttributes is the PV's spec.csi.volumeAttributes: the provisioner's
+// identity and the driver's volume context, which wins on a shared key (as
+// upstream).
+func (p *Provisioner) volumeAttributes(vol *csi.Volume) map[string]string {
+	attrs := map[string]string{annProvisionerIdentity: p.cfg.Identity}
+	maps.Copy(attrs, vol.GetVolumeContext())
+	return attrs
 }
 
 // readerOnly reports whether caps is exactly one capability whose access

@@ -9,6 +9,7 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 )
 
@@ -30,7 +31,9 @@ func volumeName(prefix string, uid types.UID, uuidLength int) string {
 	return prefix + "-" + id
 }
 
-// capacityRange returns the claim's requested size range.
+// capacityRange returns the claim's requested size range: its storage
+// request as the required bytes. A storage limit on the claim is not sent
+// (no limit_bytes), as upstream: the driver may make the volume larger.
 func capacityRange(claim *v1.PersistentVolumeClaim) (*csi.CapacityRange, error) {
 	req, ok := claim.Spec.Resources.Requests[v1.ResourceStorage]
 	if !ok {
@@ -40,33 +43,35 @@ func capacityRange(claim *v1.PersistentVolumeClaim) (*csi.CapacityRange, error) 
 	if required <= 0 {
 		return nil, fmt.Errorf("%w: requested size %s is not positive", ErrInvalidClaim, req.String())
 	}
-	r := &csi.CapacityRange{RequiredBytes: required}
-	if lim, ok := claim.Spec.Resources.Limits[v1.ResourceStorage]; ok {
-		if lim.Value() < required {
-			return nil, fmt.Errorf("%w: storage limit %s is below the request %s", ErrInvalidClaim, lim.String(), req.String())
-		}
-		r.LimitBytes = lim.Value()
-	}
-	return r, nil
+	return &csi.CapacityRange{RequiredBytes: required}, nil
 }
 
-// volumeCapability returns the CSI capability for the claim's volume mode and
-// access modes.
-func volumeCapability(claim *v1.PersistentVolumeClaim, fsType string, mountOptions []string, singleNodeMultiWriter bool) (*csi.VolumeCapability, error) {
-	mode, err := accessmodes.ToCSIAccessMode(claim.Spec.AccessModes, singleNodeMultiWriter)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidClaim, err)
+// volumeCapabilities returns one CSI capability per access mode of the
+// claim, as upstream: each mode is mapped on its own (ReadWriteOnce to
+// SINGLE_NODE_WRITER, or SINGLE_NODE_MULTI_WRITER when the driver has that
+// capability; ReadWriteOncePod to SINGLE_NODE_WRITER, or
+// SINGLE_NODE_SINGLE_WRITER; ReadOnlyMany to MULTI_NODE_READER_ONLY;
+// ReadWriteMany to MULTI_NODE_MULTI_WRITER), so a claim asking for
+// ReadWriteOnce and ReadOnlyMany gets two capabilities.
+func volumeCapabilities(claim *v1.PersistentVolumeClaim, fsType string, mountOptions []string, singleNodeMultiWriter bool) ([]*csi.VolumeCapability, error) {
+	caps := make([]*csi.VolumeCapability, 0, len(claim.Spec.AccessModes))
+	for _, m := range claim.Spec.AccessModes {
+		mode, err := accessmodes.ToCSIAccessMode([]v1.PersistentVolumeAccessMode{m}, singleNodeMultiWriter)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidClaim, err)
+		}
+		capability := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
+		if isBlock(claim) {
+			capability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+		} else {
+			capability.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
+				FsType:     fsType,
+				MountFlags: mountOptions,
+			}}
+		}
+		caps = append(caps, capability)
 	}
-	capability := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
-	if isBlock(claim) {
-		capability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
-	} else {
-		capability.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{
-			FsType:     fsType,
-			MountFlags: mountOptions,
-		}}
-	}
-	return capability, nil
+	return caps, nil
 }
 
 func isBlock(claim *v1.PersistentVolumeClaim) bool {
@@ -90,6 +95,16 @@ type createRequest struct {
 	source *dataSource
 	// attributesClass is the claim's VolumeAttributesClass, "" for none.
 	attributesClass string
+	// deprecated are the deprecated class parameters the request honours.
+	deprecated []deprecatedParameter
+}
+
+// warnDeprecated logs each deprecated class parameter a request honours,
+// as upstream warns at every provision.
+func (r *createRequest) warnDeprecated(logger klog.Logger) {
+	for _, d := range r.deprecated {
+		logger.Info("StorageClass uses a deprecated parameter", "key", d.key, "use", d.use)
+	}
 }
 
 // setSource puts the data source's content into the CSI request.
@@ -121,7 +136,7 @@ func (p *Provisioner) buildCreateRequest(opts controller.ProvisionOptions) (*cre
 	if isBlock(claim) {
 		fsType = ""
 	}
-	capability, err := volumeCapability(claim, fsType, class.MountOptions, p.cfg.SupportsSingleNodeMultiWriter)
+	capabilities, err := volumeCapabilities(claim, fsType, class.MountOptions, p.cfg.SupportsSingleNodeMultiWriter)
 	if err != nil {
 		return nil, err
 	}
@@ -152,12 +167,13 @@ func (p *Provisioner) buildCreateRequest(opts controller.ProvisionOptions) (*cre
 		csi: &csi.CreateVolumeRequest{
 			Name:               volumeName(p.cfg.VolumeNamePrefix, claim.UID, p.cfg.VolumeNameUUIDLength),
 			CapacityRange:      capRange,
-			VolumeCapabilities: []*csi.VolumeCapability{capability},
+			VolumeCapabilities: capabilities,
 			Parameters:         driverParams,
 			MutableParameters:  mutable,
 		},
 		fsType:          fsType,
 		secrets:         refs,
 		attributesClass: attributesClass,
+		deprecated:      params.deprecated,
 	}, nil
 }

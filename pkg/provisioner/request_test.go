@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 )
 
 func TestVolumeName(t *testing.T) {
@@ -44,12 +45,13 @@ func TestCapacityRange(t *testing.T) {
 		wantErr  error
 	}{
 		{name: "request only", requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}, want: &csi.CapacityRange{RequiredBytes: 1 << 30}},
+		// As upstream, a claim's storage limit is not sent as limit_bytes.
 		{name: "request and limit", requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-			limits: v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}, want: &csi.CapacityRange{RequiredBytes: 1 << 30, LimitBytes: 2 << 30}},
+			limits: v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}, want: &csi.CapacityRange{RequiredBytes: 1 << 30}},
 		{name: "no request", wantErr: ErrInvalidClaim},
 		{name: "zero request", requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("0")}, wantErr: ErrInvalidClaim},
-		{name: "limit below request", requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")},
-			limits: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}, wantErr: ErrInvalidClaim},
+		{name: "limit below request is ignored", requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")},
+			limits: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}, want: &csi.CapacityRange{RequiredBytes: 2 << 30}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +88,72 @@ func TestCheckClaim(t *testing.T) {
 				t.Fatalf("unexpected error: %v", err)
 			case tc.wantErr != "" && (!errors.Is(err, ErrInvalidClaim) || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("error %v, want ErrInvalidClaim saying %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// A claim's access modes become one CSI capability each, as upstream
+// external-provisioner sends them (csi-lib-utils' mapping of each mode on
+// its own), so a claim may ask for ReadWriteOnce and ReadOnlyMany; the
+// claim's storage limit is not sent.
+func TestBuildCreateRequestCapabilities(t *testing.T) {
+	const (
+		snw  = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+		snsw = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		snmw = csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+		mnro = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+		mnmw = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	)
+	rwo, rwop, rox, rwx := v1.ReadWriteOnce, v1.ReadWriteOncePod, v1.ReadOnlyMany, v1.ReadWriteMany
+	tests := []struct {
+		name      string
+		modes     []v1.PersistentVolumeAccessMode
+		multi     bool // the driver has SINGLE_NODE_MULTI_WRITER
+		block     bool
+		wantModes []csi.VolumeCapability_AccessMode_Mode
+	}{
+		{name: "ReadWriteOnce", modes: []v1.PersistentVolumeAccessMode{rwo}, wantModes: []csi.VolumeCapability_AccessMode_Mode{snw}},
+		{name: "ReadWriteOnce, SINGLE_NODE_MULTI_WRITER driver", modes: []v1.PersistentVolumeAccessMode{rwo}, multi: true, wantModes: []csi.VolumeCapability_AccessMode_Mode{snmw}},
+		{name: "ReadWriteOncePod", modes: []v1.PersistentVolumeAccessMode{rwop}, wantModes: []csi.VolumeCapability_AccessMode_Mode{snw}},
+		{name: "ReadWriteOncePod, SINGLE_NODE_MULTI_WRITER driver", modes: []v1.PersistentVolumeAccessMode{rwop}, multi: true, wantModes: []csi.VolumeCapability_AccessMode_Mode{snsw}},
+		{name: "ReadOnlyMany", modes: []v1.PersistentVolumeAccessMode{rox}, wantModes: []csi.VolumeCapability_AccessMode_Mode{mnro}},
+		{name: "ReadWriteMany", modes: []v1.PersistentVolumeAccessMode{rwx}, wantModes: []csi.VolumeCapability_AccessMode_Mode{mnmw}},
+		{name: "ReadWriteOnce and ReadOnlyMany", modes: []v1.PersistentVolumeAccessMode{rwo, rox}, wantModes: []csi.VolumeCapability_AccessMode_Mode{snw, mnro}},
+		{name: "ReadWriteMany and ReadOnlyMany", modes: []v1.PersistentVolumeAccessMode{rwx, rox}, multi: true, wantModes: []csi.VolumeCapability_AccessMode_Mode{mnmw, mnro}},
+		{name: "block, ReadWriteOnce and ReadWriteMany", modes: []v1.PersistentVolumeAccessMode{rwo, rwx}, block: true, wantModes: []csi.VolumeCapability_AccessMode_Mode{snw, mnmw}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Provisioner{cfg: Config{DriverName: testDriver, SupportsSingleNodeMultiWriter: tc.multi}}
+			claim := makePVC("data", "c").PersistentVolumeClaim
+			claim.Spec.AccessModes = tc.modes
+			claim.Spec.Resources.Limits = v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}
+			if tc.block {
+				block := v1.PersistentVolumeBlock
+				claim.Spec.VolumeMode = &block
+			}
+			class := makeClass("c").withParams(paramFSType, "xfs")
+			class.MountOptions = []string{"noatime"}
+			req, err := p.buildCreateRequest(controller.ProvisionOptions{PVC: claim, StorageClass: class.StorageClass, PVName: "pvc-uid-data"})
+			if err != nil {
+				t.Fatalf("buildCreateRequest: %v", err)
+			}
+			var want []*csi.VolumeCapability
+			for _, m := range tc.wantModes {
+				c := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: m}}
+				if tc.block {
+					c.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+				} else {
+					c.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "xfs", MountFlags: []string{"noatime"}}}
+				}
+				want = append(want, c)
+			}
+			if diff := cmp.Diff(want, req.csi.GetVolumeCapabilities(), protocmp.Transform()); diff != "" {
+				t.Errorf("capabilities (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(&csi.CapacityRange{RequiredBytes: gi}, req.csi.GetCapacityRange(), protocmp.Transform()); diff != "" {
+				t.Errorf("capacity range (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,6 +26,9 @@ const (
 	// secretControllerModify is for ControllerModifyVolume (the
 	// external-resizer's): it is recorded on the PV as annotations.
 	secretControllerModify secretKind = "controller-modify"
+	// secretDefault is csi.storage.k8s.io/secret-name / -namespace: the
+	// secret of every kind the class does not name (upstream's fallback).
+	secretDefault secretKind = "default"
 )
 
 var secretKinds = []secretKind{
@@ -40,21 +44,133 @@ const (
 	secretFieldNamespace secretField = "namespace"
 )
 
+var secretFields = []secretField{secretFieldName, secretFieldNamespace}
+
+// param is the prefixed parameter key of a kind's field.
 func (k secretKind) param(f secretField) string {
+	if k == secretDefault {
+		return fmt.Sprintf("%ssecret-%s", csiParameterPrefix, f)
+	}
 	return fmt.Sprintf("%s%s-secret-%s", csiParameterPrefix, k, f)
 }
 
-// secretParameter reports whether key is a secret reference parameter, and
-// which kind and field it names.
-func secretParameter(key string) (secretKind, secretField, bool) {
-	for _, k := range secretKinds {
-		for _, f := range []secretField{secretFieldName, secretFieldNamespace} {
+// secretSlot is one field of one kind of secret.
+type secretSlot struct {
+	kind  secretKind
+	field secretField
+}
+
+// deprecatedSecretKeys are upstream's unprefixed keys of old (before
+// external-provisioner 1.0), still honoured there: they set the same secret
+// as their prefixed key and, being unprefixed, are passed to the driver too.
+var deprecatedSecretKeys = map[string]secretSlot{
+	"csiProvisionerSecretName":            {secretProvisioner, secretFieldName},
+	"csiProvisionerSecretNamespace":       {secretProvisioner, secretFieldNamespace},
+	"csiControllerPublishSecretName":      {secretControllerPublish, secretFieldName},
+	"csiControllerPublishSecretNamespace": {secretControllerPublish, secretFieldNamespace},
+	"csiNodeStageSecretName":              {secretNodeStage, secretFieldName},
+	"csiNodeStageSecretNamespace":         {secretNodeStage, secretFieldNamespace},
+	"csiNodePublishSecretName":            {secretNodePublish, secretFieldName},
+	"csiNodePublishSecretNamespace":       {secretNodePublish, secretFieldNamespace},
+}
+
+// secretParameter reports whether key is a secret reference parameter
+// (prefixed, the default secret's, or a deprecated unprefixed one), and
+// which kind and field it sets.
+func secretParameter(key string) (secretSlot, bool) {
+	if slot, ok := deprecatedSecretKeys[key]; ok {
+		return slot, true
+	}
+	if !strings.HasPrefix(key, csiParameterPrefix) {
+		return secretSlot{}, false
+	}
+	for _, k := range append([]secretKind{secretDefault}, secretKinds...) {
+		for _, f := range secretFields {
 			if key == k.param(f) {
-				return k, f, true
+				return secretSlot{k, f}, true
 			}
 		}
 	}
-	return "", "", false
+	return secretSlot{}, false
+}
+
+// secretKeys holds, for each secret slot, the keys of a class that set it
+// and their values.
+type secretKeys map[secretSlot]map[string]string
+
+// collectSecretKeys picks the secret parameters out of a class's parameters.
+func collectSecretKeys(params map[string]string) secretKeys {
+	out := secretKeys{}
+	for k, v := range params {
+		if slot, ok := secretParameter(k); ok {
+			out.add(slot, k, v)
+		}
+	}
+	return out
+}
+
+func (s secretKeys) add(slot secretSlot, key, value string) {
+	if s[slot] == nil {
+		s[slot] = map[string]string{}
+	}
+	s[slot][key] = value
+}
+
+// own returns the template a class writes for kind itself, whether it
+// writes one, and an error when it writes a field twice (a deprecated and
+// a prefixed key) or one field without the other, as upstream refuses.
+func (s secretKeys) own(kind secretKind) (secretTemplate, bool, error) {
+	var t secretTemplate
+	for _, f := range secretFields {
+		keys := s[secretSlot{kind, f}]
+		if len(keys) > 1 {
+			names := make([]string, 0, len(keys))
+			for k := range keys {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			return secretTemplate{}, false, fmt.Errorf("%w: %s secret %s is set by %s: use only %q",
+				ErrInvalidParameter, kind, f, strings.Join(names, " and "), kind.param(f))
+		}
+		for _, v := range keys {
+			if f == secretFieldName {
+				t.name, t.nameSet = v, true
+			} else {
+				t.namespace, t.namespaceSet = v, true
+			}
+		}
+	}
+	if t.nameSet != t.namespaceSet {
+		return secretTemplate{}, false, fmt.Errorf("%w: %s secret needs both %q and %q",
+			ErrInvalidParameter, kind, kind.param(secretFieldName), kind.param(secretFieldNamespace))
+	}
+	return t, t.nameSet, nil
+}
+
+// template returns the template of kind: the class's own for the kind, else
+// the default secret's (csi.storage.k8s.io/secret-name / -namespace), as
+// upstream. ok is false when the class names neither.
+func (s secretKeys) template(kind secretKind) (t secretTemplate, ok bool, err error) {
+	if t, ok, err = s.own(kind); ok || err != nil {
+		return t, ok, err
+	}
+	return s.own(secretDefault)
+}
+
+// templates returns the template of every kind the class names, directly
+// or through the default secret.
+func (s secretKeys) templates() (map[secretKind]secretTemplate, error) {
+	out := map[secretKind]secretTemplate{}
+	for _, kind := range secretKinds {
+		t, ok, err := s.template(kind)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out[kind] = t
+		}
+	}
+	return out, nil
 }
 
 // PV annotations that record the provisioner secret for DeleteVolume.

@@ -70,7 +70,8 @@ func TestAttributesClass(t *testing.T) {
 			if got := pv.Spec.VolumeAttributesClassName; got == nil || *got != tc.vac {
 				t.Errorf("PV volumeAttributesClassName = %v, want %q", got, tc.vac)
 			}
-			wantAnn := map[string]string{annModifySecretName: "modify-data", annModifySecretNamespace: "apps"}
+			wantAnn := map[string]string{annModifySecretName: "modify-data", annModifySecretNamespace: "apps",
+				annDeletionSecretName: "", annDeletionSecretNamespace: ""}
 			if diff := cmp.Diff(wantAnn, pv.Annotations); diff != "" {
 				t.Errorf("PV annotations (-want +got):\n%s", diff)
 			}
