@@ -50,6 +50,12 @@ type Args struct {
 	// csi-node-publisher's --lease-namespace); empty means all namespaces,
 	// which needs list and watch on Leases cluster-wide.
 	HeartbeatNamespace string `json:"heartbeatNamespace,omitempty"`
+	// CapacityPublishGrace is how long after a class's creation a pod with
+	// a claim of it waits for the capacity objects of every segment it may
+	// use (CapacityNotPublished), rather than going to the nodes that
+	// published first; default 30s, "0s" turns the wait off. Only with
+	// capacity on.
+	CapacityPublishGrace *metav1.Duration `json:"capacityPublishGrace,omitempty"`
 }
 
 // Plugin is the framework plugin. Safe for concurrent use.
@@ -58,7 +64,9 @@ type Plugin struct {
 	handle fwk.Handle
 	// waiting is nil when the heartbeat is not checked.
 	waiting *waiting
-	logger  klog.Logger
+	// publishWait is nil without a framework handle.
+	publishWait *publishWait
+	logger      klog.Logger
 }
 
 var (
@@ -107,8 +115,14 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	// A zero TTL takes the Core's default.
+	grace := time.Duration(0) // the Core's default
+	if args.CapacityPublishGrace != nil {
+		if grace = args.CapacityPublishGrace.Duration; grace == 0 {
+			grace = -1 // off
+		}
+	}
 	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: args.ReservationTTL.Duration,
-		ScoreWeights: args.ScoreWeights}, h.SharedInformerFactory())
+		ScoreWeights: args.ScoreWeights, CapacityPublishGrace: grace}, h.SharedInformerFactory())
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +133,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	p := &Plugin{core: core, handle: h, logger: klog.FromContext(ctx)}
+	if h != nil {
+		p.publishWait = &publishWait{timers: map[string]*time.Timer{},
+			activate: func(pods map[string]*v1.Pod) { h.Activate(p.logger, pods) }}
+	}
 	heartbeat := args.DriverHeartbeat == nil || *args.DriverHeartbeat
 	if heartbeat && h.ClientSet() != nil {
 		if err := p.followHeartbeats(ctx, h.ClientSet(), args.HeartbeatNamespace); err != nil {
@@ -182,8 +200,10 @@ func read(cs fwk.CycleState) (*scheduler.PodVolumes, bool) {
 }
 
 // PreFilter collects the pod's volumes of the driver; pods without any are
-// skipped by every later extension point of this plugin.
-func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// skipped by every later extension point of this plugin. A pod with a
+// claim of a class so new that some nodes it may use have not published
+// its capacity yet waits (CapacityNotPublished).
+func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	pv, err := p.core.PodVolumes(pod)
 	if errors.Is(err, scheduler.ErrClaimNotFound) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -193,6 +213,9 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ 
 	}
 	if pv == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if st := p.waitForCapacity(pv, pod, nodes); st != nil {
+		return nil, st
 	}
 	cs.Write(stateKey, &state{volumes: pv})
 	return nil, nil
