@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -39,7 +40,9 @@ const DefaultCapacityPublishGrace = 30 * time.Second
 // CapacityNotPublished returns a CapacityNotPublished Status when one of
 // the pod's pending classes was created less than Config.CapacityPublishGrace
 // ago and a segment among nodes that it may use has no capacity object of
-// it yet, with how long the wait may still last; nil otherwise. A node is
+// it yet, while another segment has one or the driver's CSIDriver has
+// storageCapacity (SetCSIDrivers), with how long the wait may still last;
+// nil otherwise. A node is
 // counted when it has a segment of the driver, lies in the class's
 // allowedTopologies and its driver is not known to be silent. Cost: O(1)
 // unless a class is young, then one capacity lookup per distinct segment.
@@ -50,7 +53,10 @@ func (c *Core) CapacityNotPublished(pv *PodVolumes, nodes []*v1.Node) (*Status, 
 	now := c.now()
 	for _, p := range youngClasses(pv, now, c.cfg.CapacityPublishGrace) {
 		missing, total := c.unpublished(p, nodes)
-		if len(missing) == 0 {
+		if len(missing) == 0 || (len(missing) == total && !c.tracksCapacity()) {
+			// None missing; or none published for a driver whose
+			// capacity VolumeBinding does not track, which may have no
+			// publisher at all.
 			continue
 		}
 		left := p.Class.CreationTimestamp.Add(c.cfg.CapacityPublishGrace).Sub(now)
@@ -65,6 +71,22 @@ func (c *Core) CapacityNotPublished(pv *PodVolumes, nodes []*v1.Node) (*Status, 
 			strings.Join(example, "; "), left.Round(time.Second))}, left
 	}
 	return nil, 0
+}
+
+// SetCSIDrivers lets the Core read the driver's CSIDriver object (nil turns
+// that off): when its storageCapacity is true, VolumeBinding refuses every
+// node of a segment without a capacity object, so a pod of a new class waits
+// also while no segment has published yet. Call before use.
+func (c *Core) SetCSIDrivers(l storagelisters.CSIDriverLister) { c.csiDrivers = l }
+
+// tracksCapacity reports whether the driver's CSIDriver has
+// storageCapacity: true.
+func (c *Core) tracksCapacity() bool {
+	if c.csiDrivers == nil {
+		return false
+	}
+	d, err := c.csiDrivers.Get(c.cfg.Driver)
+	return err == nil && d.Spec.StorageCapacity != nil && *d.Spec.StorageCapacity
 }
 
 // youngClasses returns one pending claim per class of the pod created less

@@ -6,13 +6,18 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 )
 
 // TestCapacityNotPublished: a pod with a claim of a class created less
 // than the grace ago waits while a segment it may use (a node with the
 // driver, in the class's allowedTopologies, whose driver is not silent) has
-// no capacity object of the class; an older class, a published segment, a
+// no capacity object of the class while another has; an older class, every
+// segment published or none, a
 // segment outside allowedTopologies or of a silent driver, and the grace
 // turned off do not make it wait.
 func TestCapacityNotPublished(t *testing.T) {
@@ -24,13 +29,21 @@ func TestCapacityNotPublished(t *testing.T) {
 		published []string
 		silent    string // a node whose heartbeat expired
 		grace     time.Duration
-		wantLeft  time.Duration // 0: no wait
-		wantIn    string
+		// storageCapacity is the CSIDriver's (none when false).
+		storageCapacity bool
+		wantLeft        time.Duration // 0: no wait
+		wantIn          string
 	}{
 		{name: "young class, z2 and z3 missing", age: 5 * time.Second, published: []string{"z1"},
 			wantLeft: 25 * time.Second, wantIn: "2 of its 3 segments"},
 		{name: "young class, all published", age: 5 * time.Second, published: []string{"z1", "z2", "z3"}},
-		{name: "young class, none published", age: time.Second, wantLeft: 29 * time.Second, wantIn: "3 of its 3 segments"},
+		// Nobody publishes for the class (yet): no wait, VolumeBinding
+		// decides (a CSIDriver without storageCapacity may have no
+		// publisher at all); with storageCapacity VolumeBinding refuses
+		// every node, so the pod waits.
+		{name: "young class, none published", age: time.Second},
+		{name: "young class, none published, storageCapacity", age: time.Second, storageCapacity: true,
+			wantLeft: 29 * time.Second, wantIn: "3 of its 3 segments"},
 		{name: "old class", age: 31 * time.Second, published: []string{"z1"}},
 		{name: "missing zones outside allowedTopologies", age: 5 * time.Second, zones: []string{"z1"}, published: []string{"z1"}},
 		{name: "missing zone of a silent driver", age: 5 * time.Second, published: []string{"z1", "z2"}, silent: "n3"},
@@ -60,6 +73,12 @@ func TestCapacityNotPublished(t *testing.T) {
 				w.add(t, w.capacities, capacity("fast", zone, 10*gi))
 			}
 			c := w.coreWith(t, Config{Driver: driver, CapacityPublishGrace: tc.grace}, func() time.Time { return now })
+			if tc.storageCapacity {
+				drivers := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+				w.add(t, drivers, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver},
+					Spec: storagev1.CSIDriverSpec{StorageCapacity: ptr.To(true)}})
+				c.SetCSIDrivers(storagelisters.NewCSIDriverLister(drivers))
+			}
 			if tc.silent != "" {
 				c.SetLiveness(testLiveness(t, "", heartbeatLease(driver, tc.silent, now.Add(-time.Minute), 4*time.Second)))
 			}

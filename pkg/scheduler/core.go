@@ -93,6 +93,8 @@ type Core struct {
 	now     func() time.Time
 	// segments caches each node's segment (segments.go).
 	segments nodeSegments
+	// csiDrivers, when set, reads the driver's CSIDriver (coldstart.go).
+	csiDrivers storagelisters.CSIDriverLister
 }
 
 // New returns a Core; counter may be nil (no attach-limit check).

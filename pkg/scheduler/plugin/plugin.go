@@ -129,6 +129,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if args.Capacity != nil && !*args.Capacity {
 		core.IgnoreCapacity()
 	}
+	// VolumeBinding reads the same CSIDriver informer.
+	core.SetCSIDrivers(h.SharedInformerFactory().Storage().V1().CSIDrivers().Lister())
 	if err := followSnapshots(ctx, core, h.KubeConfig()); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
