@@ -76,6 +76,11 @@ type Config struct {
 	// ScoreWeights weigh the parts of Score; the zero value means
 	// DefaultScoreWeights.
 	ScoreWeights ScoreWeights
+	// CapacityPublishGrace is how long after a class's creation a segment
+	// without a capacity object of it counts as not published yet, so that
+	// a pod waits for it (CapacityNotPublished); 0 means
+	// DefaultCapacityPublishGrace, a negative value turns the wait off.
+	CapacityPublishGrace time.Duration
 }
 
 // Core filters, scores and reserves nodes for pods with volumes of one
@@ -88,6 +93,8 @@ type Core struct {
 	now     func() time.Time
 	// segments caches each node's segment (segments.go).
 	segments nodeSegments
+	// csiDrivers, when set, reads the driver's CSIDriver (coldstart.go).
+	csiDrivers storagelisters.CSIDriverLister
 }
 
 // New returns a Core; counter may be nil (no attach-limit check).
@@ -100,6 +107,9 @@ func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (
 	}
 	if cfg.ReservationTTL <= 0 {
 		cfg.ReservationTTL = 5 * time.Minute
+	}
+	if cfg.CapacityPublishGrace == 0 {
+		cfg.CapacityPublishGrace = DefaultCapacityPublishGrace
 	}
 	if cfg.ScoreWeights == (ScoreWeights{}) {
 		cfg.ScoreWeights = DefaultScoreWeights()

@@ -174,7 +174,28 @@ func TestDriverKilledClaimHandedBack(t *testing.T) {
 	})
 	var handback *v1.PersistentVolumeClaim
 	var other string
+	// The figure the node's object settles on before the test: its
+	// driver's free bytes.
+	var before int64
+	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		seg, err := nl.Segment(ctx, n.Name)
+		if err != nil {
+			return false, nil
+		}
+		before = publishedFigure(t, ctx, n.Name)
+		return before == seg.CapacityBytes-seg.UsedBytes, nil
+	}); err != nil {
+		t.Fatalf("capacity object of %s never showed its driver's free bytes (%d published): %v", n.Name, before, err)
+	}
 	out := nl.DriverSilenceWith(t, ctx, ns, classWFFC, n.HeartbeatNode, true, func() {
+		// The silent node's capacity object keeps the driver's last
+		// figure (docs/node-deployment.md): neither deleted nor zeroed,
+		// so that VolumeBinding passes the node and the liveness filter
+		// names the cause. The node's instance polls every 3 s and has
+		// tried (and failed) to refresh it by now.
+		if got := publishedFigure(t, ctx, n.Name); got != before-gi {
+			t.Errorf("capacity of %s while its driver is silent: %d bytes, want the last figure %d (%d before the pod while-live)", n.Name, got, before-gi, before)
+		}
 		// The scheduler selected the node for the claim just before the
 		// driver died (the stock annotation, written as kube-scheduler does).
 		handback = newClaim(t, ctx, ns, "handback", classWFFC, gi, map[string]string{annSelectedNode: n.Name})
@@ -236,6 +257,20 @@ func TestDriverKilledClaimHandedBack(t *testing.T) {
 	if len(calls[other]) != 1 || calls[other][0].Code != "OK" {
 		t.Errorf("the driver of %s got %+v for the handed-back claim, want one successful CreateVolume", other, calls[other])
 	}
+}
+
+// publishedFigure returns the capacity the node's object of classWFFC
+// publishes, -1 without one.
+func publishedFigure(t *testing.T, ctx context.Context, node string) int64 {
+	t.Helper()
+	caps, err := nl.PublishedCapacity(ctx, classWFFC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(caps[node]) != 1 || caps[node][0].Capacity == nil {
+		return -1
+	}
+	return caps[node][0].Capacity.Value()
 }
 
 // capacityReason matches a pod condition or event that rejects nodes for

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,6 +51,12 @@ type Args struct {
 	// csi-node-publisher's --lease-namespace); empty means all namespaces,
 	// which needs list and watch on Leases cluster-wide.
 	HeartbeatNamespace string `json:"heartbeatNamespace,omitempty"`
+	// CapacityPublishGrace is how long after a class's creation a pod with
+	// a claim of it waits for the capacity objects of every segment it may
+	// use (CapacityNotPublished), rather than going to the nodes that
+	// published first; default 30s, "0s" turns the wait off. Only with
+	// capacity on.
+	CapacityPublishGrace *metav1.Duration `json:"capacityPublishGrace,omitempty"`
 }
 
 // Plugin is the framework plugin. Safe for concurrent use.
@@ -61,7 +68,9 @@ type Plugin struct {
 	// sourceWaiting holds, under node "", the pods rejected because a
 	// snapshot they restore was not known yet.
 	sourceWaiting *waiting
-	logger        klog.Logger
+	// publishWait is nil without a framework handle.
+	publishWait *publishWait
+	logger      klog.Logger
 }
 
 var (
@@ -110,17 +119,29 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	// A zero TTL takes the Core's default.
+	grace := time.Duration(0) // the Core's default
+	if args.CapacityPublishGrace != nil {
+		if grace = args.CapacityPublishGrace.Duration; grace == 0 {
+			grace = -1 // off
+		}
+	}
 	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: args.ReservationTTL.Duration,
-		ScoreWeights: args.ScoreWeights}, h.SharedInformerFactory())
+		ScoreWeights: args.ScoreWeights, CapacityPublishGrace: grace}, h.SharedInformerFactory())
 	if err != nil {
 		return nil, err
 	}
 	if args.Capacity != nil && !*args.Capacity {
 		core.IgnoreCapacity()
 	}
+	// VolumeBinding reads the same CSIDriver informer.
+	core.SetCSIDrivers(h.SharedInformerFactory().Storage().V1().CSIDrivers().Lister())
 	p := &Plugin{core: core, handle: h, logger: klog.FromContext(ctx), sourceWaiting: newWaiting()}
 	if err := p.followSnapshots(ctx, h.KubeConfig()); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	if h != nil {
+		p.publishWait = &publishWait{timers: map[string]*time.Timer{},
+			activate: func(pods map[string]*v1.Pod) { h.Activate(p.logger, pods) }}
 	}
 	heartbeat := args.DriverHeartbeat == nil || *args.DriverHeartbeat
 	if heartbeat && h.ClientSet() != nil {
@@ -182,8 +203,10 @@ func read(cs fwk.CycleState) (*scheduler.PodVolumes, bool) {
 }
 
 // PreFilter collects the pod's volumes of the driver; pods without any are
-// skipped by every later extension point of this plugin.
-func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// skipped by every later extension point of this plugin. A pod with a
+// claim of a class so new that some nodes it may use have not published
+// its capacity yet waits (CapacityNotPublished).
+func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	pv, err := p.core.PodVolumes(pod)
 	if errors.Is(err, scheduler.ErrClaimNotFound) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -193,6 +216,9 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ 
 	}
 	if pv == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if st := p.waitForCapacity(pv, pod, nodes); st != nil {
+		return nil, st
 	}
 	cs.Write(stateKey, &state{volumes: pv})
 	return nil, nil
