@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -46,6 +47,9 @@ type Source struct {
 	// placed out of the source's reach, which csi-provisioner would send
 	// back.
 	Unknown bool
+	// apiMissing: Unknown because the VolumeSnapshot API is not served
+	// (yet); see PodVolumes.AwaitsSnapshotAPI.
+	apiMissing bool
 	// Message is Filter's message for a node Reach excludes, e.g.
 	// "claim ns/c clones ns/src, whose volume is reachable only from
 	// topology.kubernetes.io/zone in (z1)". Built once per pod.
@@ -72,7 +76,7 @@ func (c *Core) source(claim *v1.PersistentVolumeClaim) *Source {
 	case group == snapshotGroup && kind == kindSnapshot && c.l.Snapshots != nil:
 		src, err := c.l.Snapshots.SnapshotClaim(ns, name)
 		if err != nil {
-			return &Source{Unknown: true, Message: fmt.Sprintf("claim %s/%s restores snapshot %s/%s, and %v; the pod waits until it is known, so that the volume is made in reach of the snapshot's source",
+			return &Source{Unknown: true, apiMissing: errors.Is(err, ErrSnapshotsNotServed), Message: fmt.Sprintf("claim %s/%s restores snapshot %s/%s, and %v; the pod waits until it is known, so that the volume is made in reach of the snapshot's source",
 				claim.Namespace, claim.Name, ns, name, err)}
 		}
 		if src == "" {
@@ -96,6 +100,23 @@ func (c *Core) source(claim *v1.PersistentVolumeClaim) *Source {
 	}
 	return &Source{Reach: reach, Message: fmt.Sprintf("claim %s/%s %s, whose volume is reachable only from %s",
 		claim.Namespace, claim.Name, what, describeTerms(pv.Spec.NodeAffinity.Required.NodeSelectorTerms))}
+}
+
+// AwaitsSnapshotAPI reports whether a pending claim restores a snapshot
+// while the VolumeSnapshot API is not served yet: asked again a moment
+// later, once the API has been probed (asking pokes it), the answer may
+// differ. A front end that cannot retry the pod later by itself (the
+// extender) may wait a little for it.
+func (pv *PodVolumes) AwaitsSnapshotAPI() bool {
+	if pv == nil {
+		return false
+	}
+	for _, p := range pv.Pending {
+		if p.Source != nil && p.Source.apiMissing {
+			return true
+		}
+	}
+	return false
 }
 
 // dataSource returns a claim's data source: dataSourceRef when set (it may

@@ -171,13 +171,24 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 // be ahead of it by a few milliseconds, more on a loaded control plane.
 var claimWait = time.Second
 
+// snapshotAPIWait bounds how long filter waits for the VolumeSnapshot API
+// to be probed and synced when a claim of the pod restores a snapshot and
+// the API was not served at the last probe (the snapshot CRDs were just
+// installed): an extender cannot retry a pod it rejected, kube-scheduler
+// does so only on its next cluster event. Well within the scheduler's
+// httpTimeout (5 s in the shipped configuration).
+var snapshotAPIWait = 3 * time.Second
+
 // podVolumes is Core.PodVolumes, asked again every 50 ms for up to
-// claimWait while a claim of the pod is missing.
+// claimWait while a claim of the pod is missing, and for up to
+// snapshotAPIWait while a claim waits for the VolumeSnapshot API.
 func (s *Server) podVolumes(ctx context.Context, pod *v1.Pod) (*scheduler.PodVolumes, error) {
-	deadline := time.Now().Add(claimWait)
+	start := time.Now()
 	for {
 		pv, err := s.core.PodVolumes(pod)
-		if !errors.Is(err, scheduler.ErrClaimNotFound) || time.Now().After(deadline) {
+		waited := time.Since(start)
+		missing := errors.Is(err, scheduler.ErrClaimNotFound) && waited < claimWait
+		if !missing && (err != nil || !pv.AwaitsSnapshotAPI() || waited >= snapshotAPIWait) {
 			return pv, err
 		}
 		select {
