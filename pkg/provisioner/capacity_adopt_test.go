@@ -135,22 +135,6 @@ func TestCapacityAdoptsUpstreamAndLegacyObjects(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			_, csiClient := startMock(t, ctx, nil)
-			objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass,
-				makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey)}
-			for _, c := range append(append([]capObj{}, tt.pre...), foreign...) {
-				objs = append(objs, c.object())
-			}
-			pe := newPublisherEnv(t, CapacityConfig{Owner: tt.owner}, csiClient, objs...)
-			ctx = pe.start(ctx, t)
-			if err := pe.p.Sync(ctx, ""); err != nil {
-				t.Fatal(err)
-			}
-			list, err := pe.client.StorageV1().CSIStorageCapacities("").List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			want := map[string]capState{}
 			for k, v := range tt.want {
 				want[k] = v
@@ -158,10 +142,34 @@ func TestCapacityAdoptsUpstreamAndLegacyObjects(t *testing.T) {
 			for k, v := range foreignState {
 				want[k] = v
 			}
-			if diff := cmp.Diff(want, capStates(list.Items)); diff != "" {
-				t.Errorf("objects after a sync (-want +got):\n%s", diff)
-			}
+			checkAdoption(t, tt.owner, append(append([]capObj{}, tt.pre...), foreign...), want)
 		})
+	}
+}
+
+// checkAdoption runs a full sync of a publisher with owner over the zones
+// z1 and z2, the delayed class wffc and the immediate class imm, and the
+// objects pre, and compares all capacity objects after it with want.
+func checkAdoption(t *testing.T, owner *metav1.OwnerReference, pre []capObj, want map[string]capState) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	_, csiClient := startMock(t, ctx, nil)
+	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass,
+		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey)}
+	for _, c := range pre {
+		objs = append(objs, c.object())
+	}
+	pe := newPublisherEnv(t, CapacityConfig{Owner: owner}, csiClient, objs...)
+	ctx = pe.start(ctx, t)
+	if err := pe.p.Sync(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	list, err := pe.client.StorageV1().CSIStorageCapacities("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, capStates(list.Items)); diff != "" {
+		t.Errorf("objects after a sync (-want +got):\n%s", diff)
 	}
 }
 
