@@ -184,6 +184,14 @@ func capacityConfig(ctx context.Context, cfg config, info provisioner.DriverInfo
 		return nil, fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
 	}
 	capCfg := cfg.capacity
+	// external-provisioner's managed-by value, so that either sidecar
+	// takes over the other's objects; the objects of earlier releases of
+	// ours are adopted too.
+	nodeName := ""
+	if cfg.nodeDeployment {
+		nodeName = cfg.node.NodeName
+	}
+	capCfg.ManagedBy, capCfg.PreviousManagedBy = provisioner.ManagedBy(nodeName), []string{provisioner.LegacyManagedBy(nodeName)}
 	if cfg.nodeDeployment && cfg.capacityOwner == "" && !cfg.capacityOwnerLevelSet {
 		// A node's objects go with the node (the garbage collector
 		// deletes them), not with the DaemonSet.

@@ -2,6 +2,8 @@ package provisioner
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -16,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	labelselection "k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	storagev1client "k8s.io/client-go/kubernetes/typed/storage/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -49,10 +53,36 @@ type CapacityConfig struct {
 	// Timeout bounds each GetCapacity call; default 10s.
 	Timeout time.Duration
 	// ManagedBy is the csi.storage.k8s.io/managed-by label of the objects
-	// this publisher owns, and the only ones it lists, updates and deletes.
-	// Default "csi-topology-provisioner"; a node deployment's instance has
-	// its own (ManagedBy(node)).
+	// this publisher owns. Default ManagedBy(""), external-provisioner's
+	// value, so that each of the two sidecars adopts the other's objects; a
+	// node deployment's instance has its own (ManagedBy(node)).
 	ManagedBy string
+	// PreviousManagedBy lists other managed-by values whose objects this
+	// publisher adopts (relabels with ManagedBy and updates in place, or
+	// deletes when obsolete or duplicate): those earlier releases gave
+	// their objects (LegacyManagedBy). Default, with ManagedBy unset too:
+	// LegacyManagedBy("").
+	PreviousManagedBy []string
+}
+
+// legacyManagedByBase is the managed-by value of the central provisioner's
+// capacity objects before it took external-provisioner's.
+const legacyManagedByBase = "csi-topology-provisioner"
+
+// LegacyManagedBy returns the csi.storage.k8s.io/managed-by value that
+// earlier releases gave the capacity objects of a node's instance ("" for
+// the central provisioner): csi-topology-provisioner[-<node>], a hash of
+// the node name when too long. The publisher adopts such objects.
+func LegacyManagedBy(node string) string {
+	if node == "" {
+		return legacyManagedByBase
+	}
+	v := legacyManagedByBase + "-" + node
+	if len(v) <= validation.LabelValueMaxLength {
+		return v
+	}
+	sum := sha256.Sum256([]byte(node))
+	return legacyManagedByBase + "-" + hex.EncodeToString(sum[:])[:validation.LabelValueMaxLength-len(legacyManagedByBase)-1]
 }
 
 func (c CapacityConfig) withDefaults() CapacityConfig {
@@ -64,13 +94,27 @@ func (c CapacityConfig) withDefaults() CapacityConfig {
 	}
 	if c.ManagedBy == "" {
 		c.ManagedBy = ManagedBy("")
+		if c.PreviousManagedBy == nil {
+			c.PreviousManagedBy = []string{LegacyManagedBy("")}
+		}
 	}
 	return c
 }
 
-// selector selects the objects this publisher owns.
+// selector selects the objects this publisher owns or adopts: the driver's,
+// managed by ManagedBy or one of PreviousManagedBy.
 func (c CapacityConfig) selector() labels.Selector {
-	return labels.SelectorFromSet(labels.Set{labelDriverName: c.DriverName, labelManagedBy: c.ManagedBy})
+	driver, err := labels.NewRequirement(labelDriverName, labelselection.Equals, []string{c.DriverName})
+	if err != nil {
+		// Only an invalid driver name gets here, which the driver's
+		// registration has refused already: select nothing.
+		return labels.Nothing()
+	}
+	managedBy, err := labels.NewRequirement(labelManagedBy, labelselection.In, append([]string{c.ManagedBy}, c.PreviousManagedBy...))
+	if err != nil {
+		return labels.Nothing()
+	}
+	return labels.NewSelector().Add(*driver, *managedBy)
 }
 
 // CapacityPublisher keeps one CSIStorageCapacity per (segment, delayed-binding
@@ -239,27 +283,9 @@ func (p *CapacityPublisher) sync(ctx context.Context, only string) ([]*storagev1
 			}
 		}
 	}
-	existing, err := p.capacities.CSIStorageCapacities(p.cfg.Namespace).List(p.cfg.selector())
+	have, err := p.existing(ctx, func(k capacityKey) bool { _, ok := desired[k]; return ok }, only == "")
 	if err != nil {
 		return nil, err
-	}
-	have := map[capacityKey]*storagev1.CSIStorageCapacity{}
-	for _, obj := range existing {
-		var sel map[string]string
-		if obj.NodeTopology != nil {
-			sel = obj.NodeTopology.MatchLabels
-		}
-		key := capacityKey{topology.Segment(sel).String(), obj.StorageClassName}
-		if _, ok := desired[key]; !ok && only == "" {
-			p.objects.Delete(obj.Name)
-			err := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{})
-			p.metrics.observeCapacityWrite("delete", err)
-			if err != nil {
-				return nil, fmt.Errorf("deleting obsolete capacity %s: %w", obj.Name, err)
-			}
-			continue
-		}
-		have[key] = obj
 	}
 	keys := make([]capacityKey, 0, len(desired))
 	for k := range desired {
@@ -282,6 +308,85 @@ func (p *CapacityPublisher) sync(ctx context.Context, only string) ([]*storagev1
 		p.metrics.setCapacityObjects(len(out))
 	}
 	return out, firstErr
+}
+
+// existing returns the object to keep up to date per (segment, class) among
+// the ones the publisher owns or adopts (its own, external-provisioner's,
+// and those with a previous managed-by value of its own). With prune it
+// deletes the objects of a (segment, class) that is not wanted, and the
+// duplicates of one that is, which appear when two sidecars created one
+// each (a swap in either direction, or an upgrade from a previous label).
+func (p *CapacityPublisher) existing(ctx context.Context, wanted func(capacityKey) bool, prune bool) (map[capacityKey]*storagev1.CSIStorageCapacity, error) {
+	objs, err := p.capacities.CSIStorageCapacities(p.cfg.Namespace).List(p.cfg.selector())
+	if err != nil {
+		return nil, err
+	}
+	// Deterministic: the keeper of a (segment, class) does not depend on
+	// the lister's order.
+	sort.Slice(objs, func(i, j int) bool { return p.preferred(objs[i], objs[j]) })
+	have := map[capacityKey]*storagev1.CSIStorageCapacity{}
+	for _, obj := range objs {
+		key := keyOf(obj)
+		_, dup := have[key]
+		if !dup && wanted(key) {
+			have[key] = obj
+			continue
+		}
+		if !prune {
+			continue
+		}
+		if !dup {
+			p.objects.Delete(capacityName(p.cfg.DriverName, key.segment, key.class))
+		}
+		if err := p.deleteObject(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	return have, nil
+}
+
+// keyOf is the (segment, class) an object publishes the capacity of.
+func keyOf(obj *storagev1.CSIStorageCapacity) capacityKey {
+	var sel map[string]string
+	if obj.NodeTopology != nil {
+		sel = obj.NodeTopology.MatchLabels
+	}
+	return capacityKey{topology.Segment(sel).String(), obj.StorageClassName}
+}
+
+// preferred orders the objects of one (segment, class) by which one to
+// keep: the one with the current managed-by value (external-provisioner's
+// or already adopted), then the one with the name this publisher gives,
+// then the oldest, then by name.
+func (p *CapacityPublisher) preferred(a, b *storagev1.CSIStorageCapacity) bool {
+	if ka, kb := keyOf(a), keyOf(b); ka != kb {
+		return ka.segment+"\x00"+ka.class < kb.segment+"\x00"+kb.class
+	}
+	if ca, cb := a.Labels[labelManagedBy] == p.cfg.ManagedBy, b.Labels[labelManagedBy] == p.cfg.ManagedBy; ca != cb {
+		return ca
+	}
+	k := keyOf(a)
+	own := capacityName(p.cfg.DriverName, k.segment, k.class)
+	if oa, ob := a.Name == own, b.Name == own; oa != ob {
+		return oa
+	}
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// deleteObject deletes an obsolete or duplicate object; one already gone
+// (the other sidecar deleted it too) is no error.
+func (p *CapacityPublisher) deleteObject(ctx context.Context, obj *storagev1.CSIStorageCapacity) error {
+	err := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{})
+	p.metrics.observeCapacityWrite("delete", err)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting obsolete or duplicate capacity %s: %w", obj.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Deleted capacity object", "name", obj.Name, "managedBy", obj.Labels[labelManagedBy],
+		"segment", keyOf(obj).segment, "class", obj.StorageClassName)
+	return nil
 }
 
 // objectRefresh serialises the refreshes of one capacity object and lets
@@ -319,7 +424,7 @@ func (p *CapacityPublisher) syncOne(ctx context.Context, seg topology.Segment, c
 	if st.written != nil && st.started > asked {
 		return st.written, nil
 	}
-	if st.written != nil && (cur == nil || cur.ResourceVersion != st.written.ResourceVersion) {
+	if st.written != nil && (cur == nil || cur.Name == st.written.Name && cur.ResourceVersion != st.written.ResourceVersion) {
 		cur = st.written
 	}
 	st.started = p.asks.Add(1)
@@ -375,25 +480,69 @@ func (p *CapacityPublisher) write(ctx context.Context, csc storagev1client.CSISt
 			return nil, err
 		}
 	}
-	if quantityEqual(cur.Capacity, capacity) && quantityEqual(cur.MaximumVolumeSize, maxSize) {
+	upd := cur.DeepCopy()
+	adopted := p.adopt(upd)
+	if !adopted && quantityEqual(cur.Capacity, capacity) && quantityEqual(cur.MaximumVolumeSize, maxSize) {
 		return cur, nil
 	}
-	upd := cur.DeepCopy()
 	upd.Capacity, upd.MaximumVolumeSize = capacity, maxSize
 	updated, err := csc.Update(ctx, upd, metav1.UpdateOptions{})
 	p.metrics.observeCapacityWrite("update", err)
 	if apierrors.IsConflict(err) {
-		// Another writer (an earlier process of ours, a user): write
-		// over the object as the API has it (one GET, rare).
-		if cur, err = csc.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		// Another writer (an earlier process of ours, the other sidecar
+		// during a swap, a user): write over the object as the API has
+		// it (one GET, rare).
+		if cur, err = csc.Get(ctx, cur.Name, metav1.GetOptions{}); err != nil {
 			return nil, err
 		}
 		upd = cur.DeepCopy()
+		p.adopt(upd)
 		upd.Capacity, upd.MaximumVolumeSize = capacity, maxSize
 		updated, err = csc.Update(ctx, upd, metav1.UpdateOptions{})
 		p.metrics.observeCapacityWrite("update", err)
 	}
 	return updated, err
+}
+
+// adopt makes obj one of this publisher's own (an object of
+// external-provisioner's, or one with a previous managed-by value): its
+// labels, and the owner, which becomes the object's only controller so
+// that the garbage collector does not delete it with the other sidecar's
+// owner (the ReplicaSet of a former rollout, say), and so that
+// external-provisioner can take it back after a rollback (the API refuses a
+// second controller reference). Without an owner of its own the publisher
+// leaves the references alone, as upstream does. It reports whether it
+// changed obj.
+func (p *CapacityPublisher) adopt(obj *storagev1.CSIStorageCapacity) bool {
+	changed := false
+	if obj.Labels[labelManagedBy] != p.cfg.ManagedBy || obj.Labels[labelDriverName] != p.cfg.DriverName {
+		if obj.Labels == nil {
+			obj.Labels = map[string]string{}
+		}
+		obj.Labels[labelManagedBy], obj.Labels[labelDriverName] = p.cfg.ManagedBy, p.cfg.DriverName
+		changed = true
+	}
+	if p.cfg.Owner == nil {
+		return changed
+	}
+	refs := make([]metav1.OwnerReference, 0, len(obj.OwnerReferences)+1)
+	ours := false
+	for _, r := range obj.OwnerReferences {
+		switch {
+		case r.UID == p.cfg.Owner.UID:
+			ours = true
+		case r.Controller != nil && *r.Controller:
+			changed = true // another controller: dropped
+			continue
+		}
+		refs = append(refs, r)
+	}
+	if !ours {
+		refs = append(refs, *p.cfg.Owner)
+		changed = true
+	}
+	obj.OwnerReferences = refs
+	return changed
 }
 
 // capacityName is a deterministic object name for (driver, segment, class),

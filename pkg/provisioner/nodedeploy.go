@@ -2,9 +2,8 @@ package provisioner
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -164,25 +163,37 @@ func (n *NodeDeployment) nodeFieldSelector(opts *metav1.ListOptions) {
 	opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", n.NodeName).String()
 }
 
-// managedByPrefix is the value of csi.storage.k8s.io/managed-by on the
-// capacity objects of the central provisioner; a node's instance appends
-// "-<node>".
-const managedByPrefix = "csi-topology-provisioner"
+// managedByBase is the value of csi.storage.k8s.io/managed-by on the
+// capacity objects of the central provisioner: external-provisioner's, so
+// that either sidecar takes over the other's objects (docs/migrating.md).
+const managedByBase = "external-provisioner"
 
 // ManagedBy returns the csi.storage.k8s.io/managed-by label value of the
-// capacity objects of a node's instance ("" for the central provisioner):
-// csi-topology-provisioner-<node>, or a hash of the node name when that
-// would be longer than a label value may be.
+// capacity objects of a node's instance ("" for the central provisioner),
+// the one external-provisioner uses: external-provisioner-<node>, and when
+// that is longer than a label value may be, a shortened form with an FNV-32a
+// hash (of the base when the node name fits beside it, else of the whole).
 func ManagedBy(node string) string {
 	if node == "" {
-		return managedByPrefix
+		return managedByBase
 	}
-	v := managedByPrefix + "-" + node
-	if len(v) <= validation.LabelValueMaxLength {
+	const maxLen = validation.LabelValueMaxLength
+	v := managedByBase + "-" + node
+	if len(v) <= maxLen {
 		return v
 	}
-	sum := sha256.Sum256([]byte(node))
-	return managedByPrefix + "-" + hex.EncodeToString(sum[:])[:validation.LabelValueMaxLength-len(managedByPrefix)-1]
+	if keep := maxLen - len(node) - len("-01234567-"); keep > 0 {
+		return managedByBase[:keep] + "-" + fnv32Hex(managedByBase) + "-" + node
+	}
+	short := managedByBase + "-" + fnv32Hex(v)
+	return short[:min(maxLen, len(short))]
+}
+
+// fnv32Hex is the FNV-32a hash of s in 8 hex digits.
+func fnv32Hex(s string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 // errDriverNotLive: the node's driver does not answer, so a claim selected

@@ -102,17 +102,27 @@ func TestNodeDeploymentScope(t *testing.T) {
 	}
 }
 
+// ManagedBy gives external-provisioner's values (its central one, and
+// external-provisioner-<node> shortened as it shortens it), so that either
+// sidecar adopts the other's capacity objects.
 func TestManagedBy(t *testing.T) {
-	if got := ManagedBy(""); got != "csi-topology-provisioner" {
-		t.Errorf("central: %q", got)
+	tests := []struct{ node, want string }{
+		{"", "external-provisioner"},
+		{"node-a", "external-provisioner-node-a"},
+		{strings.Repeat("n", 42), "external-provisioner-" + strings.Repeat("n", 42)},
+		{strings.Repeat("n", 43), "external-p-53f40b57-" + strings.Repeat("n", 43)},
+		{strings.Repeat("n", 52), "e-53f40b57-" + strings.Repeat("n", 52)},
+		{strings.Repeat("n", 53), "external-provisioner-698d23b8"},
+		{strings.Repeat("n", 200), "external-provisioner-0dd8251e"},
 	}
-	if got := ManagedBy("node-a"); got != "csi-topology-provisioner-node-a" {
-		t.Errorf("node-a: %q", got)
-	}
-	long := strings.Repeat("n", 200)
-	got, other := ManagedBy(long), ManagedBy(long+"x")
-	if errs := validation.IsValidLabelValue(got); len(errs) > 0 || got == other {
-		t.Errorf("long node name: %q (%v), another long name: %q", got, errs, other)
+	for _, tt := range tests {
+		got := ManagedBy(tt.node)
+		if got != tt.want {
+			t.Errorf("ManagedBy(%d characters) = %q, want %q", len(tt.node), got, tt.want)
+		}
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+			t.Errorf("ManagedBy(%d characters) = %q: %v", len(tt.node), got, errs)
+		}
 	}
 }
 

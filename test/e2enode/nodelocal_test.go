@@ -462,7 +462,7 @@ func checkCapacityOwners(t *testing.T, ctx context.Context) {
 	}
 	for _, node := range nl.Names {
 		for _, c := range caps[node] {
-			if c.Labels["csi.storage.k8s.io/drivername"] != lab.DriverName || c.Labels["csi.storage.k8s.io/managed-by"] != "csi-topology-provisioner-"+node {
+			if c.Labels["csi.storage.k8s.io/drivername"] != lab.DriverName || c.Labels["csi.storage.k8s.io/managed-by"] != "external-provisioner-"+node {
 				t.Errorf("capacity object %s of %s: labels %v", c.Name, node, c.Labels)
 			}
 			if len(c.OwnerReferences) != 1 || c.OwnerReferences[0].Kind != "Node" || c.OwnerReferences[0].Name != node {
@@ -503,7 +503,7 @@ func TestCapacityObjectsGoWithNode(t *testing.T) {
 	}
 	obj := objs[0]
 	if len(obj.OwnerReferences) != 1 || obj.OwnerReferences[0].Kind != "Node" || obj.OwnerReferences[0].UID != node.UID ||
-		obj.Labels["csi.storage.k8s.io/managed-by"] != "csi-topology-provisioner-"+name {
+		obj.Labels["csi.storage.k8s.io/managed-by"] != "external-provisioner-"+name {
 		t.Errorf("capacity object %s: owners %+v, labels %v; want the Node %s (%s) and managed-by of the node", obj.Name, obj.OwnerReferences, obj.Labels, name, node.UID)
 	}
 	t.Logf("%s published %s (%s) for its node; provisioner log %s", name, obj.Name, obj.Capacity, n.Provisioner().LogPath())
