@@ -91,7 +91,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	mm := metrics.NewCSIMetricsManagerForSidecar("")
+	mm := newMetricsManager()
 	// HTTP first: /livez answers while the process waits for its driver.
 	h := &health{address: cfg.csiAddress}
 	if addr := cfg.httpAddress(); addr != "" {
