@@ -91,7 +91,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	mm := metrics.NewCSIMetricsManagerForSidecar("")
+	mm := newMetricsManager()
 	// HTTP first: /livez answers while the process waits for its driver.
 	h := &health{address: cfg.csiAddress}
 	if addr := cfg.httpAddress(); addr != "" {
@@ -272,7 +272,8 @@ func httpServer(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h
 }
 
 // newMux serves the metrics (CSI calls, operations, reschedules, capacity,
-// driver connection) on --metrics-path, the health endpoints of h and, with
+// driver connection, and upstream's: the provisioning library's, capacity
+// objects, work queues, leader election, Go and process) on --metrics-path, the health endpoints of h and, with
 // --enable-pprof, net/http/pprof under /debug/pprof/.
 func newMux(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h *health) *http.ServeMux {
 	mux := http.NewServeMux()

@@ -229,6 +229,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	}
 	if capacity != nil {
 		capacity.metrics = deps.Metrics
+		if cfg.Metrics != nil {
+			cfg.Metrics.CustomMustRegister(newCapacityCollector(capacity))
+		}
 		deps.Capacity = capacity
 		// New segments and classes get their objects at once, not at the
 		// next poll: with CSIDriver.storageCapacity, a segment without an
@@ -287,6 +290,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		// Leader election is ours (runLeaderElected): the library's exits
 		// the process when its context ends, so SIGTERM could not be clean.
 		controller.LeaderElection(false),
+	}
+	if cfg.Metrics != nil {
+		opts = append(opts, controller.MetricsInstance(newLibraryMetrics(cfg.Metrics)))
 	}
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
