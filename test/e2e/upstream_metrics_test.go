@@ -71,7 +71,12 @@ func TestUpstreamMetricsParity(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
 	newPVC(t, ctx, ns, "data", class)
-	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}})
+	// Zone z1, with room: other tests of the package leave segments full
+	// and extra nodes behind (stock_test.go's node-slot).
+	if err := env.SetCapacity(ctx, "z1", 100*gi); err != nil {
+		t.Fatal(err)
+	}
+	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{lab.ZoneKey: "z1"}})
 	pv := waitBound(t, ctx, ns, "data").Name
 	zero := int64(0)
 	if err := client.CoreV1().Pods(ns).Delete(ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
