@@ -64,7 +64,7 @@ test: $(PROGRESS)
 	@echo "==> [3/6] build bin/ (the first run compiles Kubernetes libraries: about 6 minutes on 2 cores)"
 	@mkdir -p bin
 	@$(PROGRESS) -label "build bin/" -packages -- $(GO) build -v -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
-	@echo "==> [4/6] control plane (built once per go.sum and Go version, cached in the user cache dir)"
+	@echo "==> [4/6] control plane and upstream external-provisioner (built once per go.sum and Go version, cached in the user cache dir)"
 	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/cmd/controlplane
 	@echo "==> [5/6] go vet (packages without tests; go test vets the others)"
 	@$(PROGRESS) -label "go vet" -- $(GO) vet $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)

@@ -107,7 +107,7 @@ func BuildControlPlane(ctx context.Context, repoRoot string) (Binaries, error) {
 	}
 	start := time.Now()
 	logger.Info("Building the control plane (cached afterwards; about 5 minutes on 2 cores when the Kubernetes libraries are not compiled yet)", "dir", dir)
-	if err := goBuildWithProgress(ctx, modDir, dir, controlPlaneTargets); err != nil {
+	if err := goBuildWithProgress(ctx, "the control plane", modDir, dir, controlPlaneTargets); err != nil {
 		return Binaries{}, fmt.Errorf("building the control plane: %w", err)
 	}
 	if err := os.WriteFile(stamp, nil, 0o644); err != nil {
@@ -127,7 +127,7 @@ const progressEvery = 30 * time.Second
 // logs, every progressEvery, how many of the targets' packages were compiled
 // (the rest come from Go's build cache). On failure the error carries the
 // output that was not a package name.
-func goBuildWithProgress(ctx context.Context, modDir, outDir string, targets []string) error {
+func goBuildWithProgress(ctx context.Context, what, modDir, outDir string, targets []string) error {
 	logger := klog.FromContext(ctx)
 	total := 0
 	list, cleanup := goCommand(ctx, modDir, append([]string{"list", "-deps"}, targets...)...)
@@ -163,7 +163,7 @@ func goBuildWithProgress(ctx context.Context, modDir, outDir string, targets []s
 				return
 			case <-t.C:
 				mu.Lock()
-				logger.Info("Still building the control plane", "compiled", compiled, "ofAtMost", total, "last", last)
+				logger.Info("Still building "+what, "compiled", compiled, "ofAtMost", total, "last", last)
 				mu.Unlock()
 			}
 		}

@@ -1,7 +1,8 @@
 // Command controlplane is `make controlplane` and step 4 of `make test`: it
 // builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler
 // from the nested module test/controlplane/k8s, or finds them cached (see
-// controlplane.ControlPlaneDir), and prints where they are. Building them
+// controlplane.ControlPlaneDir), then upstream external-provisioner for the
+// differential tests (controlplane.BuildUpstream), and prints where they are. Building them
 // here, before the test packages, keeps the build out of the test binaries'
 // timeouts; the tests still build them when run on their own.
 package main
@@ -35,4 +36,12 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("control plane ready in %s: %s\n", time.Since(start).Round(time.Second), bins.Dir())
+	start = time.Now()
+	up, err := controlplane.BuildUpstream(ctx, root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "upstream external-provisioner:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("upstream external-provisioner %s ready in %s: %s\n", controlplane.UpstreamProvisionerVersion,
+		time.Since(start).Round(time.Second), up.Provisioner)
 }
