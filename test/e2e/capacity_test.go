@@ -23,7 +23,7 @@ func segmentCapacities(ctx context.Context, class string) (map[string]int64, err
 	return out, nil
 }
 
-// Issue 5 (capacity publishing): with --enable-capacity the provisioner keeps
+// With --enable-capacity the provisioner keeps
 // one CSIStorageCapacity per (segment, delayed-binding class) from the
 // driver's GetCapacity, under its own RBAC, and refreshes the segment a
 // provision touched at once.

@@ -62,7 +62,7 @@ func waitPVGone(t *testing.T, ctx context.Context, name string) {
 	}
 }
 
-// Issue 11, the rest of the contract: a PV of the driver made by hand, bound
+// Static PVs: a PV of the driver made by hand, bound
 // and with reclaim policy Delete, gets upstream's deletion-protection
 // finalizer like a provisioned one; released, it is deleted by the
 // provisioner (the driver not knowing its handle counts as deleted) and the
@@ -97,7 +97,7 @@ func TestStaticPVFinalizer(t *testing.T) {
 	waitPVGone(t, ctx, deletePV)
 }
 
-// Issue 11, the rest of the contract: the volume of a released PV is not
+// Attached volumes: the volume of a released PV is not
 // deleted while a VolumeAttachment names the PV (no attach/detach
 // controller runs here, so it stays until the test deletes it): the PV and
 // the driver's volume stay, and the PV's VolumeFailedDelete Event names the

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Issue 6, Events, and the guide's bad input: a class with a mistyped
+// Events on bad input: a class with a mistyped
 // reserved key, a secret template naming a missing annotation, and a size
 // the driver cannot make each give the claim a ProvisioningFailed Event that
 // says what is wrong; no volume is made (nothing leaks) and nothing crashes.

@@ -16,7 +16,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-// Issue 5 (extender, first part): the csi-scheduler-extender binary, on its
+// The csi-scheduler-extender binary, on its
 // informers of the real cluster, filters out a node where the driver is not
 // registered as unresolvable and keeps the nodes that have it.
 func TestExtenderFilter(t *testing.T) {

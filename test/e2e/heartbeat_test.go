@@ -59,7 +59,7 @@ func waitLive(t *testing.T, ctx context.Context, lv *limits.Liveness, node strin
 	return silent
 }
 
-// Issue 14: csi-node-publisher renews the driver's heartbeat Lease while a
+// csi-node-publisher renews the driver's heartbeat Lease while a
 // node-local mock driver (--mode=both, the node as its segment) runs; after
 // kill -9 of the driver the Lease is no longer renewed and Liveness reports
 // the driver not live once the TTL has passed; a restarted driver is live
@@ -170,7 +170,7 @@ func TestDriverHeartbeat(t *testing.T) {
 	})
 }
 
-// Issue 14: the publisher's ServiceAccount may get, create and update
+// The publisher's ServiceAccount may get, create and update
 // Leases in its own namespace, and nothing else on Leases.
 func TestPublisherLeaseRBAC(t *testing.T) {
 	ctx, _ := newNamespace(t)

@@ -51,7 +51,7 @@ func waitCount(t *testing.T, ctx context.Context, node string, want int32) strin
 	return rv
 }
 
-// Issue 4, scenarios 1 and 2: the published count drives the stock
+// The published count drives the stock
 // scheduler's NodeVolumeLimits; restarting with --reserved-volumes=1 lowers
 // it without duplicating the entry.
 func TestVolumeLimits(t *testing.T) {
@@ -109,7 +109,7 @@ func TestVolumeLimits(t *testing.T) {
 		t.Errorf("after resyncs: %d entries, resourceVersion %s -> %s (%v); want one entry and no writes", len(entries), rv, now, err)
 	}
 
-	// Issue 6: the publisher's own metrics tell the same story: driver up,
+	// The publisher's own metrics tell the same story: driver up,
 	// count 1, the first publish and at least four resyncs, no error, no
 	// collision.
 	m := scrape(t, ctx, "http://"+addr+"/metrics")
@@ -135,7 +135,7 @@ func TestVolumeLimits(t *testing.T) {
 	}
 }
 
-// Issue 4, scenario 3: a node label that collides with the driver's
+// A node label that collides with the driver's
 // topology is reported and not overwritten.
 func TestTopologyLabelCollision(t *testing.T) {
 	ctx, _ := newNamespace(t)
@@ -166,7 +166,7 @@ func TestTopologyLabelCollision(t *testing.T) {
 	}
 }
 
-// Issue 4, scenario 4: the publisher's ServiceAccount may read and write
+// The publisher's ServiceAccount may read and write
 // CSINodes and Nodes as it needs, and nothing more.
 func TestPublisherRBAC(t *testing.T) {
 	ctx, _ := newNamespace(t)

@@ -45,7 +45,7 @@ func httpStatus(ctx context.Context, url string) int {
 	return resp.StatusCode
 }
 
-// Issue 6, metrics: after a known workload (3 delayed-binding claims, the
+// After a known workload (3 delayed-binding claims, the
 // first CreateVolume refused with RESOURCE_EXHAUSTED, one claim deleted) the
 // provisioner's /metrics counts exactly that.
 func TestMetricsAfterWorkload(t *testing.T) {
@@ -135,7 +135,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	}
 }
 
-// Issue 6, leader election: two replicas, only the leader provisions; kill
+// Two replicas, only the leader provisions; kill
 // -9 the leader and the other takes over once the lease runs out; every
 // claim is provisioned exactly once.
 func TestLeaderElectionFailover(t *testing.T) {
@@ -225,7 +225,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	}
 }
 
-// Issue 6, logs: the values of the Secrets a class names never reach the
+// The values of the Secrets a class names never reach the
 // logs of csi-provisioner (-v=5, text and JSON) or of the mock driver, through
 // a provision and a delete that send them to the driver.
 func TestSecretsNeverLogged(t *testing.T) {

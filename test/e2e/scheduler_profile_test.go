@@ -12,7 +12,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-// Issue 6, the second scheduler as deploy/ ships it: csi-topology-scheduler
+// The second scheduler as deploy/ ships it: csi-topology-scheduler
 // runs beside the cluster's stock scheduler with the mock overlay's
 // configuration (profile csi-topology-scheduler, leader election on its
 // Lease) under its ServiceAccount and the component's RBAC. Pods that opt in

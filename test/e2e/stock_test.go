@@ -11,8 +11,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-// Issue 5, scenario 1, stock side (test/e2eplugin and test/e2eextender run
-// ours): the stock scheduler sends a pod that prefers a node without the
+// Stock side (test/e2eplugin and test/e2eextender run ours): the stock scheduler sends a pod that prefers a node without the
 // driver to that node again and again; its claim never provisions and the
 // pod stays Pending.
 func TestStockSchedulerNodeWithoutDriver(t *testing.T) {
@@ -58,7 +57,7 @@ func TestStockSchedulerNodeWithoutDriver(t *testing.T) {
 	}
 }
 
-// Issue 5, scenario 2, stock side (test/e2eplugin TestPreferredBurst runs
+// Stock side (test/e2eplugin TestPreferredBurst runs
 // the same burst with ours): with capacity tracking on (CSIDriver
 // storageCapacity and published CSIStorageCapacity objects), 20 pods x 10 Gi
 // that prefer zone z1, against zones with 60, 60 and 100 Gi free. The stock
@@ -83,7 +82,7 @@ func TestStockBurstOvercommits(t *testing.T) {
 	}
 }
 
-// Issue 5, scenario 3, stock side (test/e2eplugin runs ours): the stock
+// Stock side (test/e2eplugin runs ours): the stock
 // scheduler counts attached volumes by the pods it has bound or assumed.
 // After a restart (the first pod deleted and created again meanwhile) it
 // knows nothing of the first claim, selected for the one-slot node and

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Issue 11: a stock kube-scheduler with our extender places a pod whose
+// A stock kube-scheduler with our extender places a pod whose
 // WaitForFirstConsumer claim clones a claim reachable from zone z1 only in
 // z1, although the pod prefers z2: the claim is selected for a z1 node the
 // first time.

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Issue 14, a live-driver signal, through the extender of a stock
+// A live-driver signal, through the extender of a stock
 // kube-scheduler: kill -9 of one node's driver keeps new pods with
 // WaitForFirstConsumer claims off that node once its heartbeat Lease
 // expires (TTL 4 s), with the reason on the pod; once the driver is back a

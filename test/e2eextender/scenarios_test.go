@@ -34,7 +34,7 @@ func waitBoundNode(t *testing.T, ctx context.Context, ns, name string) string {
 	return node
 }
 
-// Issue 5, scenario 4: a stock kube-scheduler with our extender keeps pods
+// A stock kube-scheduler with our extender keeps pods
 // off a node where the driver is not registered.
 func TestExtenderFiltersNodeWithoutDriver(t *testing.T) {
 	ctx, ns := setup(t)
@@ -84,7 +84,7 @@ func scrapeExtender(t *testing.T, ctx context.Context) testutil.Metrics {
 	return m
 }
 
-// Issue 5, scenario 5: with `ignorable: true`, pods are still scheduled
+// With `ignorable: true`, pods are still scheduled
 // while the extender is down.
 func TestExtenderDownIgnorable(t *testing.T) {
 	ctx, ns := setup(t)
@@ -98,7 +98,7 @@ func TestExtenderDownIgnorable(t *testing.T) {
 	waitBoundNode(t, ctx, ns, "app")
 }
 
-// Issue 5, scenario 5, the other setting: with `ignorable: false`, a pod
+// The other setting: with `ignorable: false`, a pod
 // with a delayed-binding volume waits while the extender is down, with the
 // scheduler's error on its condition, and is scheduled once it is back.
 func TestExtenderDownNotIgnorable(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-// Issue 14: a StatefulSet of 12 replicas with WaitForFirstConsumer claims
+// A StatefulSet of 12 replicas with WaitForFirstConsumer claims
 // on a node-local driver: every claim is Bound to a volume of its pod's
 // node, made by that node's driver; no other node's driver was asked for
 // it.
@@ -109,7 +109,7 @@ func TestStatefulSetNodeLocal(t *testing.T) {
 	}
 }
 
-// Issue 14: 50 Immediate claims of a node-local class: the nodes'
+// 50 Immediate claims of a node-local class: the nodes'
 // provisioners race for them; every one is Bound, spread over more than one
 // node, and exactly one CreateVolume was made for each, over all drivers,
 // on the driver of the node the winner wrote into the claim.
@@ -158,7 +158,7 @@ func TestImmediateExactlyOnce(t *testing.T) {
 	}
 }
 
-// Issue 14: kill -9 of one node's driver. A claim selected for that node is
+// Kill -9 of one node's driver. A claim selected for that node is
 // handed back by the node's provisioner and Bound on another node; once the
 // heartbeat Lease has expired (TTL 4 s) no new pod with a WaitForFirstConsumer
 // claim is placed on the node, with CSIDriverNotLive and the driver's name
@@ -278,7 +278,7 @@ func publishedFigure(t *testing.T, ctx context.Context, node string) int64 {
 // VolumeBinding's.
 var capacityReason = regexp.MustCompile(`InsufficientCapacity|did not have enough free storage`)
 
-// Issue 14: nodes with room for 2 volumes each and 30 pods with
+// Nodes with room for 2 volumes each and 30 pods with
 // WaitForFirstConsumer claims created at once: 12 are placed, 2 per node;
 // no driver is asked for a volume it has no room for (RESOURCE_EXHAUSTED),
 // no node holds more than its capacity, and the other pods stay Pending

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Issue 11 (ours): a WaitForFirstConsumer claim cloning a claim whose
+// A WaitForFirstConsumer claim cloning a claim whose
 // volume is reachable from zone z1 only, used by a pod that prefers zone
 // z2: the plugin keeps the pod off every node out of the source's reach,
 // so the claim is selected for a z1 node the first time.
@@ -29,7 +29,7 @@ func TestCloneLandsInSourceZone(t *testing.T) {
 	}
 }
 
-// Issue 12 (ours): every csi-topology-scheduler this package started ran
+// Every csi-topology-scheduler this package started ran
 // the CSITopology plugin and kept kube-scheduler's pod signatures on: none
 // logged "Disabling signatures for profile because plugins do not support
 // it". Each said once that VolumeSnapshots are not served (the snapshot

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Issue 14, a live-driver signal: kill -9 of one node's driver keeps new
+// A live-driver signal: kill -9 of one node's driver keeps new
 // pods with WaitForFirstConsumer claims off that node once its heartbeat
 // Lease expires (TTL 4 s), with the reason on the pod; once the driver is
 // back, the pod the plugin rejected is activated and placed there, and so

@@ -36,7 +36,7 @@ func waitPlaced(t *testing.T, ctx context.Context, ns, name string) (string, str
 	return env.WaitPlaced(t, ctx, ns, name)
 }
 
-// Issue 5, scenario 1 (ours): a node without the driver is filtered, so a
+// A node without the driver is filtered, so a
 // pod that prefers it runs elsewhere. (The stock scheduler sends such a pod
 // there and it stays Pending: test/e2e TestSelectedNodeGone.)
 func TestNodeWithoutDriverFiltered(t *testing.T) {
@@ -55,7 +55,7 @@ func TestNodeWithoutDriverFiltered(t *testing.T) {
 	}
 }
 
-// Issue 5, scenario 3 (ours): a claim still being provisioned for a node
+// A claim still being provisioned for a node
 // counts against the node's attach limit, so a second pod does not go there.
 func TestPendingClaimCountsAgainstLimit(t *testing.T) {
 	ctx, ns, class := setup(t)
@@ -82,7 +82,7 @@ func TestPendingClaimCountsAgainstLimit(t *testing.T) {
 	}
 }
 
-// Issue 5, scenario 5 (ours): the selected node is deleted between Filter
+// The selected node is deleted between Filter
 // and provisioning: the claim is rescheduled and provisioned elsewhere.
 func TestNodeDeletedBeforeProvisioning(t *testing.T) {
 	ctx, ns, class := setup(t)
@@ -116,8 +116,8 @@ func TestNodeDeletedBeforeProvisioning(t *testing.T) {
 	}
 }
 
-// Issue 5, scenario 2 (ours; test/e2e TestStockBurstOvercommits runs the
-// same burst with the stock scheduler): with capacity tracking on, 20 pods x
+// Ours (test/e2e TestStockBurstOvercommits runs the same burst with the
+// stock scheduler): with capacity tracking on, 20 pods x
 // 10 Gi preferring z1, against zones of 60, 60 and 100 Gi free. Every pod
 // runs, at most six volumes go to z1, no zone is over capacity, the driver
 // never answers RESOURCE_EXHAUSTED and no claim is sent back.
@@ -131,7 +131,7 @@ func TestPreferredBurst(t *testing.T) {
 	checkBurst(t, b, res)
 }
 
-// Issue 5, scenario 2 (ours) without a zone preference, last because it
+// The same burst without a zone preference, last because it
 // fills the zones: the same burst spread by our score alone.
 func TestBurstRespectsCapacity(t *testing.T) {
 	ctx, ns, class := setup(t)
@@ -142,7 +142,7 @@ func TestBurstRespectsCapacity(t *testing.T) {
 	checkBurst(t, b, res)
 }
 
-// Issue 5, scenario 3 across a scheduler restart (ours): the first pod's
+// Volume limits across a scheduler restart: the first pod's
 // claim, selected for a one-slot node in a scheduling cycle that ended with
 // the restart (and its pod deleted and created again meanwhile), still
 // counts against the node's limit, so the second pod is refused and the

@@ -35,7 +35,7 @@ func indexer(t *testing.T, objs ...runtime.Object) cache.Indexer {
 	return idx
 }
 
-// Issue 11: the extender, on the real core, rejects the nodes from which a
+// The extender, on the real core, rejects the nodes from which a
 // clone's source volume is out of reach, as unresolvable, and says why.
 func TestFilterCloneSource(t *testing.T) {
 	mode := storagev1.VolumeBindingWaitForFirstConsumer

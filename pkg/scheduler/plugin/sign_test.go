@@ -105,7 +105,7 @@ func podUsing(ns, name string, claims ...string) *v1.Pod {
 	return p
 }
 
-// Issue 12: with CSITopology enabled, kube-scheduler keeps pod signatures
+// With CSITopology enabled, kube-scheduler keeps pod signatures
 // (opportunistic batching) on; the same scheduler with the plugin stripped
 // of SignPod logs that it turns them off.
 func TestSignaturesStayOn(t *testing.T) {

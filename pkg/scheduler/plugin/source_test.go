@@ -18,7 +18,7 @@ import (
 
 const zoneKey = "topology.kubernetes.io/zone"
 
-// Issue 11: the plugin rejects a node out of reach of a clone's source as
+// The plugin rejects a node out of reach of a clone's source as
 // UnschedulableAndUnresolvable (preemption cannot move a volume), with the
 // core's reason.
 func TestFilterCloneSource(t *testing.T) {
