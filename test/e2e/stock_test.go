@@ -11,9 +11,9 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-// Stock side (test/e2eplugin and test/e2eextender run ours): the stock scheduler sends a pod that prefers a node without the
-// driver to that node again and again; its claim never provisions and the
-// pod stays Pending.
+// Stock side (test/e2eplugin and test/e2eextender run ours): the stock
+// scheduler sends a pod that prefers a node without the driver to that node
+// again and again; its claim never provisions and the pod stays Pending.
 func TestStockSchedulerNodeWithoutDriver(t *testing.T) {
 	ctx, ns := newNamespace(t)
 	const node = "node-stock-bare"
