@@ -17,6 +17,7 @@ import (
 
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
@@ -161,32 +162,11 @@ func run(ctx context.Context, cfg config) error {
 	}
 	// Cached objects are trimmed to what the filter reads (trimForCache).
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, informers.WithTransform(trimForCache))
-	// The ledger follows the selected-node annotations the scheduler writes.
-	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl, ScoreWeights: cfg.weights},
-		factory)
+	core, stopOptional, err := newCore(ctx, cfg, client, restCfg, factory)
 	if err != nil {
 		return err
 	}
-	snapClient, err := snapclient.NewForConfig(rest.CopyConfig(restCfg))
-	if err != nil {
-		return err
-	}
-	// Optional APIs: followed from the start, picked up whenever they
-	// appear (snapshot CRDs installed later, a Role granted later); the
-	// extender serves without them meanwhile.
-	snaps := scheduler.SnapshotInformer(snapClient)
-	core.SetSnapshots(snaps.Source)
-	go snaps.API.Run(ctx)
-	if cfg.heartbeat {
-		// A factory of its own: only the heartbeat Leases, never all Leases.
-		hbFactory, _, liveness, err := scheduler.HeartbeatInformer(client, cfg.heartbeatNS)
-		if err != nil {
-			return err
-		}
-		core.SetLiveness(liveness)
-		go scheduler.HeartbeatAPI(client, cfg.heartbeatNS, hbFactory).Run(ctx)
-		defer hbFactory.Shutdown()
-	}
+	defer stopOptional()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
@@ -209,6 +189,48 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("--client-ca-file %s: %w", cfg.clientCA, err)
 		}
 	}
+	return serve(ctx, cfg, srv, reg)
+}
+
+// newCore builds the filter's core on factory's informers (the ledger
+// follows the selected-node annotations the scheduler writes) and starts
+// following its optional APIs: VolumeSnapshots and, with --driver-heartbeat,
+// the heartbeat Leases, each picked up whenever it appears (CRDs installed
+// later, a Role granted later); the extender serves without them meanwhile.
+// stop shuts the heartbeat informers down.
+func newCore(ctx context.Context, cfg config, client kubernetes.Interface, restCfg *rest.Config,
+	factory informers.SharedInformerFactory) (core *scheduler.Core, stop func(), err error) {
+	core, err = scheduler.NewFromInformers(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl, ScoreWeights: cfg.weights},
+		factory)
+	if err != nil {
+		return nil, nil, err
+	}
+	snapClient, err := snapclient.NewForConfig(rest.CopyConfig(restCfg))
+	if err != nil {
+		return nil, nil, err
+	}
+	snaps := scheduler.SnapshotInformer(snapClient)
+	core.SetSnapshots(snaps.Source)
+	go snaps.API.Run(ctx)
+	stop = func() {}
+	if cfg.heartbeat {
+		// A factory of its own: only the heartbeat Leases, never all Leases.
+		hbFactory, _, liveness, err := scheduler.HeartbeatInformer(client, cfg.heartbeatNS)
+		if err != nil {
+			return nil, nil, err
+		}
+		core.SetLiveness(liveness)
+		go scheduler.HeartbeatAPI(client, cfg.heartbeatNS, hbFactory).Run(ctx)
+		stop = hbFactory.Shutdown
+	}
+	return core, stop, nil
+}
+
+// serve runs srv on --listen (TLS with --tls-cert-file) and, with
+// --http-endpoint, plain health and metrics beside it, until ctx ends (a
+// graceful shutdown of both, 10 s at most) or one of them fails.
+func serve(ctx context.Context, cfg config, srv *http.Server, reg metrics.KubeRegistry) error {
+	logger := klog.FromContext(ctx)
 	errCh := make(chan error, 2)
 	go func() {
 		logger.Info("Serving the scheduler extender", "address", cfg.listen, "driver", cfg.driver, "tls", cfg.tlsCert != "",
