@@ -126,16 +126,8 @@ func freePorts(n int) ([]int, error) {
 // everything started is stopped again.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	logger := klog.FromContext(ctx)
-	if opts.RepoRoot == "" {
-		if opts.RepoRoot, err = RepoRoot(); err != nil {
-			return nil, err
-		}
-	}
-	if opts.StartTimeout <= 0 {
-		opts.StartTimeout = 2 * time.Minute
-	}
-	if len(opts.Controllers) == 0 {
-		opts.Controllers = DefaultControllers
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
 	}
 	bins, err := BuildControlPlane(ctx, opts.RepoRoot)
 	if err != nil {
@@ -168,24 +160,61 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	etcdClient, etcdPeer, apiPort, kcmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4]
-	token, err := c.writeCredentials()
+	token, err := c.startAPIServer(opts, bins, etcdClient, etcdPeer, apiPort)
 	if err != nil {
 		return c, err
 	}
+	sctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	if err := c.waitHealthy(sctx, c.server+"/readyz", token); err != nil {
+		return c, fmt.Errorf("kube-apiserver not ready: %w", err)
+	}
+	if err := c.startControllers(sctx, opts, bins, kcmPort, schedPort); err != nil {
+		return c, err
+	}
+	logger.Info("Control plane ready", "dir", dir, "server", c.server, "startup", time.Since(start).Round(time.Millisecond))
+	return c, nil
+}
+
+// setDefaults fills the options a caller left empty.
+func (o *Options) setDefaults() (err error) {
+	if o.RepoRoot == "" {
+		if o.RepoRoot, err = RepoRoot(); err != nil {
+			return err
+		}
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 2 * time.Minute
+	}
+	if len(o.Controllers) == 0 {
+		o.Controllers = DefaultControllers
+	}
+	return nil
+}
+
+// startAPIServer starts etcd and kube-apiserver (with the audit log of
+// opts.AuditPolicy) and sets the cluster's admin client, REST config and
+// kubeconfig. It returns the admin token; the API server may not be ready
+// yet.
+func (c *Cluster) startAPIServer(opts Options, bins Binaries, etcdClient, etcdPeer, apiPort int) (string, error) {
+	token, err := c.writeCredentials()
+	if err != nil {
+		return "", err
+	}
 	c.server = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	if err := c.startCore("etcd", bins.Etcd, c.etcdArgs(etcdClient, etcdPeer)...); err != nil {
-		return c, err
+		return "", err
 	}
 	apiArgs := c.apiserverArgs(etcdClient, apiPort)
 	if opts.AuditPolicy != "" {
 		audit, err := c.auditArgs(opts.AuditPolicy)
 		if err != nil {
-			return c, err
+			return "", err
 		}
 		apiArgs = append(apiArgs, audit...)
 	}
 	if err := c.startCore("kube-apiserver", bins.APIServer, apiArgs...); err != nil {
-		return c, err
+		return "", err
 	}
 	c.RESTConfig = &rest.Config{
 		Host:            c.server,
@@ -195,40 +224,42 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		Burst:           400,
 	}
 	if c.Client, err = kubernetes.NewForConfig(c.RESTConfig); err != nil {
-		return c, err
+		return "", err
 	}
 	if c.Kubeconfig, err = c.writeKubeconfig("admin.kubeconfig", token); err != nil {
-		return c, err
+		return "", err
 	}
-	sctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
-	defer cancel()
-	if err := c.waitHealthy(sctx, c.server+"/readyz", token); err != nil {
-		return c, fmt.Errorf("kube-apiserver not ready: %w", err)
-	}
+	return token, nil
+}
+
+// startControllers starts kube-controller-manager and the first
+// kube-scheduler on a ready API server, waits until both are healthy and
+// the default ServiceAccount exists, and installs the snapshot CRDs when
+// opts asks for them.
+func (c *Cluster) startControllers(ctx context.Context, opts Options, bins Binaries, kcmPort, schedPort int) error {
 	if err := c.startCore("kube-controller-manager", bins.ControllerManager, append(c.controllerManagerArgs(opts.Controllers, kcmPort), opts.ControllerManagerArgs...)...); err != nil {
-		return c, err
+		return err
 	}
 	if err := c.startFirstScheduler(bins.Scheduler, opts.SchedulerConfig, schedPort); err != nil {
-		return c, err
+		return err
 	}
 	for name, port := range map[string]int{"kube-controller-manager": kcmPort, "kube-scheduler": schedPort} {
-		if err := c.waitHealthy(sctx, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", ""); err != nil {
-			return c, fmt.Errorf("%s not healthy: %w", name, err)
+		if err := c.waitHealthy(ctx, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", ""); err != nil {
+			return fmt.Errorf("%s not healthy: %w", name, err)
 		}
 	}
-	if err := c.WaitFor(sctx, opts.StartTimeout, func(ctx context.Context) (bool, error) {
+	if err := c.WaitFor(ctx, opts.StartTimeout, func(ctx context.Context) (bool, error) {
 		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
-		return c, fmt.Errorf("default ServiceAccount never appeared: %w", err)
+		return fmt.Errorf("default ServiceAccount never appeared: %w", err)
 	}
 	if opts.SnapshotCRDs {
-		if err := c.InstallSnapshotCRDs(sctx); err != nil {
-			return c, err
+		if err := c.InstallSnapshotCRDs(ctx); err != nil {
+			return err
 		}
 	}
-	logger.Info("Control plane ready", "dir", dir, "server", c.server, "startup", time.Since(start).Round(time.Millisecond))
-	return c, nil
+	return nil
 }
 
 // etcdArgs is etcd's command line.

@@ -154,44 +154,7 @@ func (l *Lab) DriverSilenceWith(t *testing.T, ctx context.Context, ns, class str
 			t.Errorf("prefers-%d placed on %s, whose driver is silent", i, node)
 		}
 	}
-	c := l.Cluster.Client
-	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
-		pod, err := c.CoreV1().Pods(ns).Get(ctx, "pinned", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		if pod.Spec.NodeName != "" {
-			return false, fmt.Errorf("pinned placed on %s, whose driver is silent", pod.Spec.NodeName)
-		}
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && strings.Contains(cond.Message, want) {
-				out.Reason = cond.Message
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		t.Fatalf("pinned pod: no PodScheduled condition with %q: %v", want, err)
-	}
-	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
-		events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=pinned,reason=FailedScheduling"})
-		if err != nil {
-			return false, nil
-		}
-		for _, e := range events.Items {
-			if strings.Contains(e.Message, want) {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		t.Errorf("pinned pod: no FailedScheduling event with %q: %v", want, err)
-	}
-	if pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "pinned", metav1.GetOptions{}); err != nil {
-		t.Error(err)
-	} else if node := pvc.Annotations[annSelectedNode]; node != "" {
-		t.Errorf("claim pinned selected for %s while the driver is silent", node)
-	}
+	out.Reason = l.waitRejectedWithReason(t, ctx, ns, "pinned", want)
 
 	if whileSilent != nil {
 		whileSilent()
@@ -210,4 +173,52 @@ func (l *Lab) DriverSilenceWith(t *testing.T, ctx context.Context, ns, class str
 		t.Errorf("after on %s, want %s once the driver is back", node, h.Name)
 	}
 	return out
+}
+
+// waitRejectedWithReason waits until pod name is unscheduled with want in
+// its PodScheduled condition (whose message it returns) and in a
+// FailedScheduling Event, and checks that its claim (of the same name) was
+// not selected for a node.
+func (l *Lab) waitRejectedWithReason(t *testing.T, ctx context.Context, ns, name, want string) string {
+	t.Helper()
+	var reason string
+	c := l.Cluster.Client
+	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if pod.Spec.NodeName != "" {
+			return false, fmt.Errorf("%s placed on %s, whose driver is silent", name, pod.Spec.NodeName)
+		}
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && strings.Contains(cond.Message, want) {
+				reason = cond.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("%s pod: no PodScheduled condition with %q: %v", name, want, err)
+	}
+	if err := l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedScheduling"})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range events.Items {
+			if strings.Contains(e.Message, want) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("%s pod: no FailedScheduling event with %q: %v", name, want, err)
+	}
+	if pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if node := pvc.Annotations[annSelectedNode]; node != "" {
+		t.Errorf("claim %s selected for %s while the driver is silent", name, node)
+	}
+	return reason
 }
