@@ -314,7 +314,7 @@ func (p *Provisioner) clearVolume(ctx context.Context, claim *v1.PersistentVolum
 func (p *Provisioner) rebuildRequest(ctx context.Context, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass) (*csi.CreateVolumeRequest, string) {
 	if class != nil {
 		opts := controller.ProvisionOptions{StorageClass: class, PVC: claim, PVName: "pvc-" + string(claim.UID)}
-		req, err := p.buildCreateRequest(opts)
+		req, err := p.buildCreateRequest(ctx, opts)
 		if err == nil {
 			if ref := req.secrets[secretProvisioner]; ref != nil {
 				if req.csi.Secrets, err = p.readSecret(ctx, ref); err != nil {
