@@ -144,7 +144,7 @@ func (p *Provisioner) resolveSource(ctx context.Context, claim *v1.PersistentVol
 			return nil, refused("snapshot restores are not wired in this csi-provisioner (no VolumeSnapshot client)")
 		}
 		if api := p.deps.SnapshotAPI; api != nil && !api.WaitReady(ctx, snapshotAPIWait) {
-			return nil, refused("the VolumeSnapshot API (%s/v1) is not served yet, or csi-provisioner may not list and watch volumesnapshots and volumesnapshotcontents (%s); retried, and picked up without a restart once it is",
+			return nil, refused("the VolumeSnapshot API (%s/v1) is not served yet, or csi-provisioner may not list and watch volumesnapshots or list volumesnapshotcontents (%s); retried, and picked up without a restart once it is",
 				snapshotGroup, api.State())
 		}
 		return p.snapshotSource(ctx, claim, ref.name)
