@@ -11,6 +11,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -143,10 +144,10 @@ func (p *Provisioner) resolveSource(ctx context.Context, claim *v1.PersistentVol
 			return nil, refused("snapshot restores are not wired in this csi-provisioner (no VolumeSnapshot client)")
 		}
 		if api := p.deps.SnapshotAPI; api != nil && !api.WaitReady(ctx, snapshotAPIWait) {
-			return nil, refused("the VolumeSnapshot API (%s/v1) is not served yet, or csi-provisioner may not list and watch volumesnapshots and volumesnapshotcontents (%s); retried, and picked up without a restart once it is",
+			return nil, refused("the VolumeSnapshot API (%s/v1) is not served yet, or csi-provisioner may not list and watch volumesnapshots or list volumesnapshotcontents (%s); retried, and picked up without a restart once it is",
 				snapshotGroup, api.State())
 		}
-		return p.snapshotSource(claim, ref.name)
+		return p.snapshotSource(ctx, claim, ref.name)
 	}
 	if p.deps.Events != nil {
 		p.deps.Events.Eventf(claim, v1.EventTypeNormal, reasonPopulator,
@@ -211,7 +212,7 @@ func (p *Provisioner) cloneSource(claim *v1.PersistentVolumeClaim, name string) 
 }
 
 // snapshotSource checks a restore's VolumeSnapshot and its content.
-func (p *Provisioner) snapshotSource(claim *v1.PersistentVolumeClaim, name string) (*dataSource, error) {
+func (p *Provisioner) snapshotSource(ctx context.Context, claim *v1.PersistentVolumeClaim, name string) (*dataSource, error) {
 	src := &dataSource{kind: kindSnapshot, namespace: claim.Namespace, name: name}
 	snap, err := p.deps.Snapshots.VolumeSnapshots(claim.Namespace).Get(name)
 	if apierrors.IsNotFound(err) {
@@ -230,7 +231,7 @@ func (p *Provisioner) snapshotSource(claim *v1.PersistentVolumeClaim, name strin
 		return nil, refused("the %s is not ready to use yet", src)
 	}
 	contentName := *snap.Status.BoundVolumeSnapshotContentName
-	content, err := p.deps.SnapshotContents.Get(contentName)
+	content, err := p.snapshotContent(ctx, contentName)
 	if apierrors.IsNotFound(err) {
 		return nil, refused("the VolumeSnapshotContent %q of the %s does not exist", contentName, src)
 	}
@@ -256,6 +257,14 @@ func (p *Provisioner) snapshotSource(claim *v1.PersistentVolumeClaim, name strin
 		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: *content.Status.SnapshotHandle}}}
 	src.reach = p.snapshotReach(snap, content)
 	return src, nil
+}
+
+// snapshotContent reads a VolumeSnapshotContent (see Sources.ContentReader).
+func (p *Provisioner) snapshotContent(ctx context.Context, name string) (*snapv1.VolumeSnapshotContent, error) {
+	if r := p.deps.ContentReader; r != nil {
+		return r(ctx, name)
+	}
+	return p.deps.SnapshotContents.Get(name)
 }
 
 // checkModeConversion refuses a restore into another volume mode than the
@@ -359,11 +368,21 @@ type Sources struct {
 	Snapshots        snaplisters.VolumeSnapshotLister
 	SnapshotContents snaplisters.VolumeSnapshotContentLister
 	SnapshotAPI      *optionalapi.API
+	// ContentReader, when set, reads a restore's VolumeSnapshotContent
+	// instead of SnapshotContents: wireSources reads it from the informer,
+	// or with a GET per restore where RBAC refuses to let the contents be
+	// watched (upstream's rbac.yaml grants get and list only).
+	ContentReader func(ctx context.Context, name string) (*snapv1.VolumeSnapshotContent, error)
 	// AttributesClasses reads VolumeAttributesClasses; nil when the
 	// VolumeAttributesClass feature gate is off. AttributesClassAPI, when
 	// set, says whether its informer runs and has synced (nil: always).
 	AttributesClasses  storagelisters.VolumeAttributesClassLister
 	AttributesClassAPI *optionalapi.API
+	// AttributesClassGetter, when set, reads a claim's
+	// VolumeAttributesClass from the API (a GET per claim, as upstream
+	// does) while RBAC refuses to let them be listed and watched
+	// (AttributesClassAPI is Forbidden).
+	AttributesClassGetter func(ctx context.Context, name string) (*storagev1.VolumeAttributesClass, error)
 	// Protection puts the source-protection finalizers on sources before
 	// CreateVolume; nil: sources are not protected.
 	Protection *SourceProtection

@@ -16,7 +16,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
@@ -65,7 +64,8 @@ const recentSuccess = 2 * time.Minute
 // and the last request per claim (to ask for a volume again by name). Safe
 // for concurrent use. A nil *inFlight records nothing (protection off).
 type inFlight struct {
-	claims corev1client.PersistentVolumeClaimsGetter
+	// writes writes the record (and, for the record guard, hand-backs).
+	writes *claimWriter
 	// node, with node deployment, is the instance's node: a claim the
 	// record's PATCH finds selected for another node gets no CreateVolume.
 	node *NodeDeployment
@@ -84,7 +84,7 @@ func newInFlight(claims corev1client.PersistentVolumeClaimsGetter, node *NodeDep
 	if claims == nil {
 		return nil
 	}
-	return &inFlight{claims: claims, node: node, busy: map[types.UID]bool{}, requests: map[types.UID]*csi.CreateVolumeRequest{},
+	return &inFlight{writes: newClaimWriter(claims), node: node, busy: map[types.UID]bool{}, requests: map[types.UID]*csi.CreateVolumeRequest{},
 		succeeded: map[types.UID]time.Time{}}
 }
 
@@ -190,8 +190,8 @@ func HasInFlightFinalizer(claim *v1.PersistentVolumeClaim) bool {
 	return false
 }
 
-// open writes the record before a CreateVolume: one PATCH of the claim,
-// every attempt, so that the answer comes from the API and not from a cache
+// open writes the record before a CreateVolume: one PATCH of the claim
+// (an UPDATE where RBAC refuses the PATCH, see claimWriter), every attempt, so that the answer comes from the API and not from a cache
 // that may be late. The API refuses a new finalizer on a claim being
 // deleted, and a claim that is gone or was replaced (other UID) fails the
 // patch: then no CreateVolume runs (errClaimGoneOrDeleting). A claim that
@@ -200,8 +200,7 @@ func (f *inFlight) open(ctx context.Context, claim *v1.PersistentVolumeClaim, re
 	if f == nil {
 		return nil
 	}
-	got, err := f.claims.PersistentVolumeClaims(claim.Namespace).Patch(ctx, claim.Name, types.StrategicMergePatchType,
-		finalizerPatch(claim.UID), metav1.PatchOptions{})
+	got, err := f.writes.write(ctx, claim, addRecord(claim.UID))
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return fmt.Errorf("%w: %v", errClaimGoneOrDeleting, err)
@@ -315,7 +314,7 @@ func (p *Provisioner) clearVolume(ctx context.Context, claim *v1.PersistentVolum
 func (p *Provisioner) rebuildRequest(ctx context.Context, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass) (*csi.CreateVolumeRequest, string) {
 	if class != nil {
 		opts := controller.ProvisionOptions{StorageClass: class, PVC: claim, PVName: "pvc-" + string(claim.UID)}
-		req, err := p.buildCreateRequest(opts)
+		req, err := p.buildCreateRequest(ctx, opts)
 		if err == nil {
 			if ref := req.secrets[secretProvisioner]; ref != nil {
 				if req.csi.Secrets, err = p.readSecret(ctx, ref); err != nil {

@@ -2,13 +2,11 @@ package provisioner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -30,7 +28,9 @@ import (
 //   - The library's claim Update that removes volume.kubernetes.io/selected-node
 //     (a reschedule) becomes a PATCH of that annotation: the record's
 //     PATCH before CreateVolume has changed the claim's resourceVersion, so
-//     the library's Update of the claim it holds would conflict.
+//     the library's Update of the claim it holds would conflict. Where RBAC
+//     refuses the PATCH, claimWriter sends an UPDATE of the API's current
+//     claim instead.
 func withRecordGuard(client kubernetes.Interface, p *Provisioner, recorder record.EventRecorder) kubernetes.Interface {
 	return &guardClient{Interface: client, core: &guardCoreV1{CoreV1Interface: client.CoreV1(), p: p, recorder: recorder}}
 }
@@ -58,7 +58,8 @@ func (c *guardCoreV1) PersistentVolumes() corev1client.PersistentVolumeInterface
 }
 
 func (c *guardCoreV1) PersistentVolumeClaims(namespace string) corev1client.PersistentVolumeClaimInterface {
-	return &guardClaims{PersistentVolumeClaimInterface: c.CoreV1Interface.PersistentVolumeClaims(namespace), dropRecord: c.p.cfg.Node != nil}
+	return &guardClaims{PersistentVolumeClaimInterface: c.CoreV1Interface.PersistentVolumeClaims(namespace), dropRecord: c.p.cfg.Node != nil,
+		writes: c.p.records.writes}
 }
 
 type guardPVs struct {
@@ -141,20 +142,19 @@ type guardClaims struct {
 	// node's instance records its own attempt; a record left behind would
 	// name no node whose instance could clear it.
 	dropRecord bool
+	// writes sends the hand-back (a PATCH, or an UPDATE where RBAC
+	// refuses the PATCH).
+	writes *claimWriter
 }
 
 // Update sends a claim without volume.kubernetes.io/selected-node (the
 // library's reschedule, its only claim update) as a PATCH removing that
 // annotation (and, with node deployment, the in-flight record), with the
-// claim's UID as precondition; anything else as is.
+// claim's UID as precondition (where RBAC refuses the PATCH, an UPDATE from
+// the API's current claim: see claimWriter); anything else as is.
 func (g *guardClaims) Update(ctx context.Context, claim *v1.PersistentVolumeClaim, opts metav1.UpdateOptions) (*v1.PersistentVolumeClaim, error) {
 	if _, ok := claim.Annotations[annSelectedNode]; ok || claim.UID == "" {
 		return g.PersistentVolumeClaimInterface.Update(ctx, claim, opts)
 	}
-	meta := map[string]any{"uid": claim.UID, "annotations": map[string]any{annSelectedNode: nil}}
-	if g.dropRecord {
-		meta["$deleteFromPrimitiveList/finalizers"] = []string{FinalizerInFlight}
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": meta})
-	return g.Patch(ctx, claim.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{DryRun: opts.DryRun, FieldManager: opts.FieldManager})
+	return g.writes.write(ctx, claim, dropSelectedNode(claim.UID, g.dropRecord, opts))
 }

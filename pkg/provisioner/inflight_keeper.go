@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -274,11 +273,11 @@ func (k *recordKeeper) class(claim *v1.PersistentVolumeClaim) *storagev1.Storage
 	return class
 }
 
-// release removes the claim's record: one PATCH, with the claim's UID as
-// precondition so that a new claim of the same name keeps its own.
+// release removes the claim's record: one PATCH (or UPDATE, see
+// claimWriter), with the claim's UID as precondition so that a new claim of
+// the same name keeps its own.
 func (k *recordKeeper) release(ctx context.Context, claim *v1.PersistentVolumeClaim, outcome clearOutcome) error {
-	_, err := k.patcher.PersistentVolumeClaims(claim.Namespace).Patch(ctx, claim.Name, types.StrategicMergePatchType,
-		removeFinalizerPatch(claim.UID), metav1.PatchOptions{})
+	_, err := k.p.records.writes.write(ctx, claim, dropRecord(claim.UID))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("removing finalizer %s: %w", FinalizerInFlight, err)
 	}

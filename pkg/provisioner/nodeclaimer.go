@@ -257,7 +257,7 @@ func (c *nodeClaimer) ineligible(ctx context.Context, claim *v1.PersistentVolume
 		return err.Error()
 	}
 	opts := controller.ProvisionOptions{StorageClass: class, PVC: claim, SelectedNode: node}
-	req, err := c.p.buildCreateRequest(opts)
+	req, err := c.p.buildCreateRequest(ctx, opts)
 	if err != nil {
 		// Taken anyway: the provision fails the same way, and its Event
 		// tells the user (no instance would otherwise).

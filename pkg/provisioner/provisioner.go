@@ -174,7 +174,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	selectedNode := claim.Annotations[annSelectedNode]
 	delayed := selectedNode != ""
 
-	req, err := p.buildCreateRequest(opts)
+	req, err := p.buildCreateRequest(ctx, opts)
 	if err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}

@@ -1,6 +1,7 @@
 package provisioner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -116,7 +117,7 @@ func (r *createRequest) setSource() {
 
 // buildCreateRequest validates the claim and class and assembles the
 // CreateVolume request, without topology and provisioner secrets.
-func (p *Provisioner) buildCreateRequest(opts controller.ProvisionOptions) (*createRequest, error) {
+func (p *Provisioner) buildCreateRequest(ctx context.Context, opts controller.ProvisionOptions) (*createRequest, error) {
 	claim, class := opts.PVC, opts.StorageClass
 	if err := checkClaim(claim); err != nil {
 		return nil, err
@@ -152,7 +153,7 @@ func (p *Provisioner) buildCreateRequest(opts controller.ProvisionOptions) (*cre
 	var mutable map[string]string
 	attributesClass := ""
 	if !p.cfg.IgnoreAttributesClasses {
-		if mutable, err = p.mutableParameters(claim); err != nil {
+		if mutable, err = p.mutableParameters(ctx, claim); err != nil {
 			return nil, err
 		}
 		attributesClass = attributesClassName(claim)

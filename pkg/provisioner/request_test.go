@@ -135,7 +135,7 @@ func TestBuildCreateRequestCapabilities(t *testing.T) {
 			}
 			class := makeClass("c").withParams(paramFSType, "xfs")
 			class.MountOptions = []string{"noatime"}
-			req, err := p.buildCreateRequest(controller.ProvisionOptions{PVC: claim, StorageClass: class.StorageClass, PVName: "pvc-uid-data"})
+			req, err := p.buildCreateRequest(t.Context(), controller.ProvisionOptions{PVC: claim, StorageClass: class.StorageClass, PVName: "pvc-uid-data"})
 			if err != nil {
 				t.Fatalf("buildCreateRequest: %v", err)
 			}

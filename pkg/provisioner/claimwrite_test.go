@@ -1,0 +1,278 @@
+package provisioner
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+)
+
+// switchLog is the start of the line that says, once, that claims are
+// written by UPDATE.
+const switchLog = "Claims may not be patched (RBAC)"
+
+// refusal is a 403 of the API server: the authorizer's for verb, or an
+// admission plugin's.
+func refusal(verb string, byAuthorizer bool) error {
+	reason := fmt.Errorf(`User "system:serviceaccount:default:csi-provisioner" cannot %s resource "persistentvolumeclaims" in API group "" in the namespace "apps"`, verb)
+	if !byAuthorizer {
+		reason = errors.New(`admission webhook "policy.example.com" denied the request`)
+	}
+	return apierrors.NewForbidden(v1.Resource("persistentvolumeclaims"), "data", reason)
+}
+
+// claimCalls counts the PATCHes and UPDATEs of claims the fake API server
+// got; refuse, when set, is the answer to every PATCH.
+type claimCalls struct{ patches, updates atomic.Int32 }
+
+func watchClaimWrites(cs *fake.Clientset, refuse error) *claimCalls {
+	calls := &claimCalls{}
+	cs.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		calls.patches.Add(1)
+		return refuse != nil, nil, refuse
+	})
+	cs.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		calls.updates.Add(1)
+		return false, nil, nil
+	})
+	return calls
+}
+
+// enforceResourceVersion makes the fake API server refuse an UPDATE of a
+// claim whose resourceVersion is not the stored one (Conflict), as the real
+// one does, and give each stored claim a new one. conflicts, when set,
+// counts down: while above zero, every UPDATE conflicts.
+func enforceResourceVersion(cs *fake.Clientset, conflicts *atomic.Int32) {
+	cs.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.UpdateAction).GetObject().(*v1.PersistentVolumeClaim)
+		stored, err := cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), obj.Namespace, obj.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		current := stored.(*v1.PersistentVolumeClaim).ResourceVersion
+		if obj.ResourceVersion != current || (conflicts != nil && conflicts.Add(-1) >= 0) {
+			return true, nil, apierrors.NewConflict(v1.Resource("persistentvolumeclaims"), obj.Name, errors.New("the object has been modified"))
+		}
+		n, _ := strconv.Atoi(current)
+		obj.ResourceVersion = strconv.Itoa(n + 1)
+		return false, nil, nil
+	})
+}
+
+// kept gives a claim a finalizer and an annotation of others, which every
+// write must keep.
+func kept(c claimBuilder) claimBuilder {
+	c.Finalizers = append(c.Finalizers, "example.com/keep")
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations["example.com/keep"] = "yes"
+	c.ResourceVersion = "7"
+	return c
+}
+
+// TestRecordByUpdateWhenPatchRefused: under RBAC that grants update but not
+// patch on claims, the record is written by UPDATE with the same safety: a
+// claim gone, replaced, being deleted or bound gets no CreateVolume, and
+// other finalizers and annotations stay.
+func TestRecordByUpdateWhenPatchRefused(t *testing.T) {
+	class := makeClass("zonal").immediate().StorageClass
+	bound := kept(makePVC("data", "zonal"))
+	bound.Spec.VolumeName = "pvc-uid-data"
+	replaced := kept(makePVC("data", "zonal"))
+	replaced.UID = "uid-other"
+	tests := []struct {
+		name        string
+		inAPI       *v1.PersistentVolumeClaim // nil: the claim is gone
+		wantCreates int
+	}{
+		{name: "pending claim", inAPI: kept(makePVC("data", "zonal")).PersistentVolumeClaim, wantCreates: 1},
+		{name: "claim already recorded", inAPI: kept(makePVC("data", "zonal").withRecord()).PersistentVolumeClaim, wantCreates: 1},
+		{name: "claim gone"},
+		{name: "claim replaced", inAPI: replaced.PersistentVolumeClaim},
+		{name: "claim being deleted", inAPI: kept(makePVC("data", "zonal").deleting()).PersistentVolumeClaim},
+		{name: "claim bound meanwhile", inAPI: bound.PersistentVolumeClaim},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.inAPI != nil {
+				objs = append(objs, tc.inAPI)
+			}
+			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, objs: objs, records: true})
+			enforceResourceVersion(e.client, nil)
+			calls := watchClaimWrites(e.client, refusal("patch", true))
+			// The library hands Provision the claim of its cache: pending,
+			// at an older version.
+			cached := makePVC("data", "zonal").PersistentVolumeClaim
+			cached.ResourceVersion = "3"
+			pv, _, err := e.provision(t, cached, class, nil)
+			if got := len(e.csi.creates); got != tc.wantCreates {
+				t.Fatalf("CreateVolume calls = %d, want %d (err %v)", got, tc.wantCreates, err)
+			}
+			if tc.inAPI != nil && calls.updates.Load() == 0 {
+				t.Errorf("no UPDATE of the claim after the PATCH was refused")
+			}
+			if tc.wantCreates == 0 {
+				var ignored *controller.IgnoredError
+				if !errors.As(err, &ignored) || pv != nil {
+					t.Fatalf("Provision = %v, %v; want an IgnoredError", pv, err)
+				}
+				return
+			}
+			if err != nil || pv == nil {
+				t.Fatalf("Provision: %v", err)
+			}
+			got := e.claim(t, "apps", "data")
+			if n := strings.Count(strings.Join(got.Finalizers, ","), FinalizerInFlight); n != 1 || !hasString(got.Finalizers, "example.com/keep") {
+				t.Errorf("claim finalizers %v, want %s once and example.com/keep", got.Finalizers, FinalizerInFlight)
+			}
+			if got.Annotations["example.com/keep"] != "yes" {
+				t.Errorf("claim annotations %v, want example.com/keep kept", got.Annotations)
+			}
+		})
+	}
+}
+
+// TestClaimWriterFallback: the first PATCH the authorizer refuses switches
+// the process to UPDATE, said once; an UPDATE that meets a newer claim is
+// retried from a fresh GET; an admission plugin's 403 is an answer, not a
+// switch.
+func TestClaimWriterFallback(t *testing.T) {
+	tests := []struct {
+		name string
+		// refuse answers every PATCH (nil: allowed).
+		refuse error
+		// conflicts is how many UPDATEs conflict besides stale versions.
+		conflicts   int32
+		wantPatches int32
+		wantUpdates int32
+		wantErr     func(error) bool
+		wantLogs    int
+	}{
+		{name: "patch allowed", wantPatches: 2},
+		{name: "patch refused by RBAC", refuse: refusal("patch", true), wantPatches: 1, wantUpdates: 4, wantLogs: 1},
+		{name: "update conflicts once", refuse: refusal("patch", true), conflicts: 1, wantPatches: 1, wantUpdates: 5, wantLogs: 1},
+		{name: "update conflicts every time", refuse: refusal("patch", true), conflicts: 100, wantPatches: 1, wantUpdates: 2 * claimUpdateAttempts,
+			wantErr: func(err error) bool { return errors.Is(err, errClaimKeptChanging) && !apierrors.IsConflict(err) }, wantLogs: 1},
+		{name: "patch refused by admission", refuse: refusal("patch", false), wantPatches: 2,
+			wantErr: apierrors.IsForbidden},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx := klog.NewContext(t.Context(), logger)
+			cs := fake.NewClientset(kept(makePVC("data", "zonal")).PersistentVolumeClaim)
+			conflicts := &atomic.Int32{}
+			conflicts.Store(tc.conflicts)
+			enforceResourceVersion(cs, conflicts)
+			calls := watchClaimWrites(cs, tc.refuse)
+			w := newClaimWriter(cs.CoreV1())
+			// The cache's claim is one version behind: the first UPDATE
+			// conflicts.
+			cached := kept(makePVC("data", "zonal")).PersistentVolumeClaim
+			cached.ResourceVersion = "6"
+			for _, change := range []claimChange{addRecord(cached.UID), dropRecord(cached.UID)} {
+				_, err := w.write(ctx, cached, change)
+				if (tc.wantErr == nil && err != nil) || (tc.wantErr != nil && !tc.wantErr(err)) {
+					t.Fatalf("write: %v", err)
+				}
+			}
+			if p, u := calls.patches.Load(), calls.updates.Load(); p != tc.wantPatches || u != tc.wantUpdates {
+				t.Errorf("%d PATCHes and %d UPDATEs, want %d and %d", p, u, tc.wantPatches, tc.wantUpdates)
+			}
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if n := strings.Count(logs, switchLog); n != tc.wantLogs {
+				t.Errorf("%q logged %d times, want %d:\n%s", switchLog, n, tc.wantLogs, logs)
+			}
+		})
+	}
+}
+
+// TestClaimChangeSameByPatchAndUpdate: each change makes the same claim by
+// PATCH as by UPDATE, and leaves others' finalizers and annotations.
+func TestClaimChangeSameByPatchAndUpdate(t *testing.T) {
+	uid := types.UID("uid-data")
+	tests := []struct {
+		name   string
+		claim  claimBuilder
+		change claimChange
+	}{
+		{name: "add the record", claim: kept(makePVC("data", "zonal")), change: addRecord(uid)},
+		{name: "add the record again", claim: kept(makePVC("data", "zonal").withRecord()), change: addRecord(uid)},
+		{name: "remove the record", claim: kept(makePVC("data", "zonal").withRecord()), change: dropRecord(uid)},
+		{name: "hand back", claim: kept(makePVC("data", "zonal").withRecord().withSelectedNode("n1")),
+			change: dropSelectedNode(uid, false, metav1.UpdateOptions{})},
+		{name: "hand back with the record", claim: kept(makePVC("data", "zonal").withRecord().withSelectedNode("n1")),
+			change: dropSelectedNode(uid, true, metav1.UpdateOptions{})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var results [2]*v1.PersistentVolumeClaim
+			for i, refuse := range []error{nil, refusal("patch", true)} {
+				cs := fake.NewClientset(tc.claim.DeepCopy())
+				watchClaimWrites(cs, refuse)
+				got, err := newClaimWriter(cs.CoreV1()).write(klog.NewContext(t.Context(), klog.Background()), tc.claim.DeepCopy(), tc.change)
+				if err != nil {
+					t.Fatal(err)
+				}
+				results[i] = got
+				if !hasString(got.Finalizers, "example.com/keep") || got.Annotations["example.com/keep"] != "yes" {
+					t.Errorf("others' finalizer or annotation lost: %v %v", got.Finalizers, got.Annotations)
+				}
+			}
+			byPatch, byUpdate := results[0], results[1]
+			if !sameSet(byPatch.Finalizers, byUpdate.Finalizers) ||
+				fmt.Sprint(byPatch.Annotations) != fmt.Sprint(byUpdate.Annotations) {
+				t.Errorf("by PATCH: %v %v; by UPDATE: %v %v", byPatch.Finalizers, byPatch.Annotations, byUpdate.Finalizers, byUpdate.Annotations)
+			}
+		})
+	}
+}
+
+// TestGuardRescheduleByUpdateWhenPatchRefused: the library's reschedule of
+// a claim whose record changed its version is an UPDATE of the API's
+// current claim where RBAC refuses the PATCH: no conflict, nothing of the
+// newer claim lost.
+func TestGuardRescheduleByUpdateWhenPatchRefused(t *testing.T) {
+	e := newEnv(t, envOptions{nodes: threeZones, records: true,
+		objs: []runtime.Object{kept(makePVC("data", "zonal").withRecord().withSelectedNode("n1")).PersistentVolumeClaim}})
+	enforceResourceVersion(e.client, nil)
+	watchClaimWrites(e.client, refusal("patch", true))
+	client := withRecordGuard(e.client, e.p, record.NewFakeRecorder(1))
+	stale := makePVC("data", "zonal").PersistentVolumeClaim
+	stale.ResourceVersion = "1"
+	if _, err := client.CoreV1().PersistentVolumeClaims("apps").Update(e.ctx, stale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.claim(t, "apps", "data")
+	if _, ok := got.Annotations[annSelectedNode]; ok {
+		t.Error("selected-node still set")
+	}
+	if !HasInFlightFinalizer(got) || got.Annotations["example.com/keep"] != "yes" {
+		t.Errorf("the newer claim's record or annotation lost: %v %v", got.Finalizers, got.Annotations)
+	}
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}

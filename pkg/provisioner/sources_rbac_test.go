@@ -1,0 +1,168 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
+)
+
+// contentsLog is the start of the line that says, once, that contents are
+// read with a GET.
+const contentsLog = "VolumeSnapshotContents may not be watched (RBAC)"
+
+// TestSnapshotContentsWithoutWatch: where RBAC grants get and list but not
+// watch on VolumeSnapshotContents (upstream's rbac.yaml), the snapshot API
+// is ready without a content informer (which would list again after every
+// refused watch) and a restore reads its content with a GET, said once.
+func TestSnapshotContentsWithoutWatch(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		watchRefused bool
+		// wantLists is how many LISTs of contents the API gets: the
+		// probe's, and the informer's.
+		wantLists int32
+		wantGets  bool
+		wantLogs  int
+	}{
+		{name: "watch granted: informer", wantLists: 2},
+		{name: "watch refused: GET per restore", watchRefused: true, wantLists: 1, wantGets: true, wantLogs: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), logger))
+			defer cancel()
+			cs := snapfake.NewSimpleClientset()
+			var lists, gets atomic.Int32
+			cs.PrependReactor("list", "volumesnapshotcontents", func(k8stesting.Action) (bool, runtime.Object, error) {
+				lists.Add(1)
+				return false, nil, nil
+			})
+			cs.PrependReactor("get", "volumesnapshotcontents", func(k8stesting.Action) (bool, runtime.Object, error) {
+				gets.Add(1)
+				return false, nil, nil
+			})
+			if tc.watchRefused {
+				cs.PrependWatchReactor("volumesnapshotcontents", func(k8stesting.Action) (bool, watch.Interface, error) {
+					return true, nil, apierrors.NewForbidden(snapv1.Resource("volumesnapshotcontents"), "",
+						errors.New(`User "system:serviceaccount:default:csi-provisioner" cannot watch resource "volumesnapshotcontents"`))
+				})
+			}
+			client := noWatchList{cs}
+			sw := &snapshotWiring{client: client, informers: NewSnapshotInformers(client, 0)}
+			api := sw.api(time.Hour)
+			go api.Run(ctx)
+			if !api.WaitReady(ctx, 10*time.Second) {
+				t.Fatalf("snapshot API not ready: %v", api.State())
+			}
+			// A content made after the API is ready, as a restore's is.
+			if _, err := cs.SnapshotV1().VolumeSnapshotContents().Create(ctx, &snapv1.VolumeSnapshotContent{
+				ObjectMeta: metav1.ObjectMeta{Name: "content-1"}, Spec: snapv1.VolumeSnapshotContentSpec{Driver: testDriver}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+				c, err := sw.content(ctx, "content-1")
+				return err == nil && c.Spec.Driver == testDriver, nil
+			}); err != nil {
+				t.Fatalf("content not readable: %v", err)
+			}
+			// Probing again (the API was missing, then found) says nothing
+			// new.
+			if err := sw.probe(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := lists.Load(); n != tc.wantLists+1 {
+				t.Errorf("%d LISTs of contents, want %d and the second probe's", n, tc.wantLists)
+			}
+			if got := gets.Load() > 0; got != tc.wantGets {
+				t.Errorf("content read with a GET: %t, want %t", got, tc.wantGets)
+			}
+			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			if n := strings.Count(logs, contentsLog); n != tc.wantLogs {
+				t.Errorf("%q logged %d times, want %d:\n%s", contentsLog, n, tc.wantLogs, logs)
+			}
+		})
+	}
+}
+
+// forbiddenAPI is an optional API that RBAC refuses to let be listed.
+func forbiddenAPI(t *testing.T, ctx context.Context) *optionalapi.API {
+	t.Helper()
+	api := optionalapi.New(optionalapi.Config{What: "VolumeAttributesClasses", MaxInterval: time.Hour,
+		Probe: func(context.Context) error {
+			return apierrors.NewForbidden(storagev1.Resource("volumeattributesclasses"), "", errors.New("cannot list"))
+		}})
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go api.Run(ctx)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return api.State() == optionalapi.Forbidden, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return api
+}
+
+// TestAttributesClassWithoutList: where RBAC does not let
+// VolumeAttributesClasses be listed and watched, a claim's class is read
+// with a GET, as upstream does; where get is refused too, the claim is
+// refused with a message that names the rule.
+func TestAttributesClassWithoutList(t *testing.T) {
+	gold := makeVAC("gold", testDriver, map[string]string{"iops": "5000"})
+	class := makeClass("zonal").immediate().StorageClass
+	for _, tc := range []struct {
+		name       string
+		getRefused bool
+		vac        string
+		wantParams map[string]string
+		wantErr    string
+	}{
+		{name: "get granted", vac: "gold", wantParams: map[string]string{"iops": "5000"}},
+		{name: "get granted, class missing", vac: "silver", wantErr: `VolumeAttributesClass "silver" does not exist`},
+		{name: "nothing granted", getRefused: true, vac: "gold",
+			wantErr: `may not read VolumeAttributesClass "gold" (RBAC): grant get on volumeattributesclasses`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, objs: []runtime.Object{gold}, sources: true})
+			if tc.getRefused {
+				e.client.PrependReactor("get", "volumeattributesclasses", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(storagev1.Resource("volumeattributesclasses"), "gold", errors.New("cannot get"))
+				})
+			}
+			e.p.deps.AttributesClassAPI = forbiddenAPI(t, e.ctx)
+			e.p.deps.AttributesClassGetter = func(ctx context.Context, name string) (*storagev1.VolumeAttributesClass, error) {
+				return e.client.StorageV1().VolumeAttributesClasses().Get(ctx, name, metav1.GetOptions{})
+			}
+			_, _, err := e.provision(t, makePVC("data", "zonal").withAttributesClass(tc.vac).PersistentVolumeClaim, class, nil)
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrAttributesClassRefused) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Provision: %v; want ErrAttributesClassRefused saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Provision: %v", err)
+			}
+			if diff := cmp.Diff(tc.wantParams, e.csi.lastCreate(t).GetMutableParameters()); diff != "" {
+				t.Errorf("mutable parameters (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
