@@ -31,6 +31,9 @@ const (
 var zones = []string{"z1", "z2", "z3"}
 
 var (
+	upstreamRBAC = flag.Bool("conformance.upstream-rbac", os.Getenv("CONFORMANCE_UPSTREAM_RBAC") == "1",
+		"run ours under upstream's rbac.yaml too, as a vendor swapping the image would (env CONFORMANCE_UPSTREAM_RBAC=1); "+
+			"by default ours runs under deploy/'s RBAC")
 	repeat = flag.Int("conformance.repeat", envInt("CONFORMANCE_REPEAT", 1), "run every case this many times (a bigger corpus; env CONFORMANCE_REPEAT)")
 	env    *harness
 )
@@ -92,7 +95,8 @@ type harness struct {
 	client    kubernetes.Interface
 	binDir    string
 	upstream  controlplane.Upstream
-	kubeconf  string
+	// kubeconf is upstream's ServiceAccount's kubeconfig; ourKubeconf ours.
+	kubeconf, ourKubeconf string
 	instances map[profile]map[side]*instance
 }
 
@@ -154,10 +158,17 @@ func setup(ctx context.Context, c *controlplane.Cluster) (*harness, error) {
 // rbac applies upstream's rbac.yaml (ServiceAccount default/csi-provisioner)
 // plus what a vendor adds for the features the corpus uses: secrets (the
 // rule upstream's file carries commented out) and VolumeAttributesClasses.
-// Both provisioners run under this one ServiceAccount.
+// Upstream runs under this ServiceAccount; ours too with
+// -conformance.upstream-rbac, else under deploy/'s (csi-topology/
+// csi-provisioner, with the same extras).
 func (h *harness) rbac(ctx context.Context) error {
 	if err := h.cluster.ApplyFile(ctx, h.upstream.RBAC(), false); err != nil {
 		return err
+	}
+	for _, f := range []string{"namespace.yaml", "provisioner-rbac.yaml"} {
+		if err := h.cluster.ApplyFile(ctx, filepath.Join(h.cluster.RepoRoot, "deploy", "kubernetes", "base", f), false); err != nil {
+			return err
+		}
 	}
 	extras := `apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -179,6 +190,9 @@ subjects:
 - kind: ServiceAccount
   name: csi-provisioner
   namespace: default
+- kind: ServiceAccount
+  name: csi-provisioner
+  namespace: csi-topology
 roleRef:
   kind: ClusterRole
   name: conformance-provisioner-extras
@@ -188,7 +202,13 @@ roleRef:
 		return err
 	}
 	var err error
-	h.kubeconf, err = h.cluster.ServiceAccountKubeconfig(ctx, "default", "csi-provisioner")
+	if h.kubeconf, err = h.cluster.ServiceAccountKubeconfig(ctx, "default", "csi-provisioner"); err != nil {
+		return err
+	}
+	h.ourKubeconf = h.kubeconf
+	if !*upstreamRBAC {
+		h.ourKubeconf, err = h.cluster.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-provisioner")
+	}
 	return err
 }
 
@@ -247,12 +267,12 @@ func (h *harness) start(ctx context.Context, p profile, s side, flags []string) 
 		return nil, err
 	}
 	in.metricsURL = "http://" + metrics + "/metrics"
-	binary := filepath.Join(h.binDir, "csi-provisioner")
+	binary, kubeconf := filepath.Join(h.binDir, "csi-provisioner"), h.ourKubeconf
 	if s == upstream {
-		binary = h.upstream.Provisioner
+		binary, kubeconf = h.upstream.Provisioner, h.kubeconf
 	}
 	args := append([]string{
-		"--csi-address=unix://" + in.socket, "--kubeconfig=" + h.kubeconf, "--leader-election=false",
+		"--csi-address=unix://" + in.socket, "--kubeconfig=" + kubeconf, "--leader-election=false",
 		"--feature-gates=Topology=true", "--extra-create-metadata", "--http-endpoint=" + metrics,
 		"--retry-interval-start=500ms", "--retry-interval-max=4s", "--timeout=10s", "-v=4",
 	}, flags...)

@@ -59,7 +59,7 @@ func (r *run) observe(ctx context.Context, prefix string) (map[string]string, er
 		return nil, err
 	default:
 		put("claim.annotations", pvc.Annotations)
-		put("claim.finalizers", pvc.Finalizers)
+		put("claim.finalizers", set(pvc.Finalizers))
 		put("claim.phase", pvc.Status.Phase)
 		put("claim.volumeName", pvc.Spec.VolumeName)
 	}
@@ -75,7 +75,7 @@ func (r *run) observe(ctx context.Context, prefix string) (map[string]string, er
 	default:
 		put("pv.annotations", pv.Annotations)
 		put("pv.labels", pv.Labels)
-		put("pv.finalizers", pv.Finalizers)
+		put("pv.finalizers", set(pv.Finalizers))
 		put("pv.phase", pv.Status.Phase)
 		spec := pv.Spec.DeepCopy()
 		if spec.ClaimRef != nil {
@@ -108,14 +108,21 @@ func (r *run) observeEvents(ctx context.Context, kind, name, path string, out ma
 	}
 	var reasons []string
 	for _, e := range evs {
-		reason := e.Type + " " + e.Reason
-		if !slices.Contains(reasons, reason) {
-			reasons = append(reasons, reason)
-		}
+		reasons = append(reasons, e.Type+" "+e.Reason)
 	}
-	sort.Strings(reasons)
-	flatten(path, toJSON(reasons), out)
+	flatten(path, toJSON(set(reasons)), out)
 	return nil
+}
+
+// set turns a list whose order carries no meaning (finalizers, Event
+// reasons) into a map item -> "yes", so that a missing item is one
+// difference, not a shift of every later index.
+func set(items []string) map[string]string {
+	out := make(map[string]string, len(items))
+	for _, i := range items {
+		out[i] = "yes"
+	}
+	return out
 }
 
 // observeDriver records the driver's calls for the case (by the claims'
@@ -195,7 +202,7 @@ func toJSON(v any) any {
 }
 
 // flatten writes v's leaves into out under dotted paths; map keys with a
-// dot or slash are bracketed (annotations[pv.kubernetes.io/provisioned-by]).
+// dot, slash or space are bracketed (annotations[pv.kubernetes.io/provisioned-by]).
 // Empty lists and maps are written as [] and {}, null not at all.
 func flatten(path string, v any, out map[string]string) {
 	switch x := v.(type) {
@@ -205,7 +212,7 @@ func flatten(path string, v any, out map[string]string) {
 			out[path] = "{}"
 		}
 		for k, e := range x {
-			if strings.ContainsAny(k, "./") {
+			if strings.ContainsAny(k, "./ ") {
 				flatten(path+"["+k+"]", e, out)
 			} else {
 				flatten(path+"."+k, e, out)
