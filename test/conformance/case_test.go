@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -302,5 +301,3 @@ func (r *run) cleanup(ctx context.Context) {
 
 // isGone reports whether err says the object does not exist.
 func isGone(err error) bool { return apierrors.IsNotFound(err) }
-
-var _ = testing.Verbose

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -40,7 +41,9 @@ func (r *run) execute(ctx context.Context) (map[string]string, error) {
 	}
 	switch r.tc.want {
 	case wantBound:
-		r.waitBound(ctx, "data")
+		if r.waitBound(ctx, "data") {
+			r.waitSettled(ctx)
+		}
 	case wantFailed:
 		r.waitFor(ctx, "a Warning Event from the provisioner on the claim", func(ctx context.Context) (bool, error) {
 			evs, err := r.events(ctx, "PersistentVolumeClaim", "data")
@@ -91,6 +94,23 @@ func (r *run) waitBound(ctx context.Context, claim string) bool {
 	})
 }
 
+// waitSettled waits, after the claim is Bound, for what the provisioner
+// writes asynchronously: the ProvisioningSucceeded Event, or for a static
+// PV the provisioner's finalizer on it.
+func (r *run) waitSettled(ctx context.Context) {
+	if r.tc.static {
+		r.waitFor(ctx, "the provisioner's finalizer on the static PV", func(ctx context.Context) (bool, error) {
+			pv, err := env.client.CoreV1().PersistentVolumes().Get(ctx, r.ns+"-static", metav1.GetOptions{})
+			return err == nil && slices.Contains(pv.Finalizers, "external-provisioner.volume.kubernetes.io/finalizer"), err
+		})
+		return
+	}
+	r.waitFor(ctx, "the ProvisioningSucceeded Event", func(ctx context.Context) (bool, error) {
+		evs, err := r.events(ctx, "PersistentVolumeClaim", "data")
+		return slices.ContainsFunc(evs, func(e v1.Event) bool { return e.Reason == "ProvisioningSucceeded" }), err
+	})
+}
+
 // sentinel creates a plain claim of a class of the side's driver after the
 // case's claim and waits until it is Bound.
 func (r *run) sentinel(ctx context.Context) error {
@@ -99,7 +119,9 @@ func (r *run) sentinel(ctx context.Context) error {
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: r.driver()}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	defer func() { _ = env.client.StorageV1().StorageClasses().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) }()
+	defer func() {
+		_ = env.client.StorageV1().StorageClasses().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+	}()
 	if _, err := env.client.CoreV1().PersistentVolumeClaims(r.ns).Create(ctx, &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "sentinel"},
 		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &name, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},

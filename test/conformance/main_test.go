@@ -11,7 +11,6 @@ import (
 
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -91,13 +90,13 @@ type instance struct {
 
 // harness is the deployed pair of provisioners.
 type harness struct {
-	cluster   *controlplane.Cluster
-	client    kubernetes.Interface
-	binDir    string
-	upstream  controlplane.Upstream
+	cluster  *controlplane.Cluster
+	client   kubernetes.Interface
+	binDir   string
+	upstream controlplane.Upstream
 	// kubeconf is upstream's ServiceAccount's kubeconfig; ourKubeconf ours.
 	kubeconf, ourKubeconf string
-	instances map[profile]map[side]*instance
+	instances             map[profile]map[side]*instance
 }
 
 func (h *harness) inst(p profile, s side) *instance { return h.instances[p][s] }
@@ -287,5 +286,3 @@ func (h *harness) start(ctx context.Context, p profile, s side, flags []string) 
 		return err == nil, nil
 	})
 }
-
-var _ = v1.ClaimBound

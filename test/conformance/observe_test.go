@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
@@ -232,5 +231,3 @@ func flatten(path string, v any, out map[string]string) {
 		out[path] = string(data)
 	}
 }
-
-var _ = v1.ClaimBound
