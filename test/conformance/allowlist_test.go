@@ -16,8 +16,6 @@ var allowlist = []allowed{
 		Reason: "the mock driver's volume context names the segment it chose, which follows the preferred order"},
 	{Case: "source/*", Field: "*calls.CreateVolume[*].accessibilityRequirements.requisite[*]*",
 		Reason: "a clone or restore is asked for only in the segments where its source volume is reachable (docs/data-sources.md)"},
-	{Case: "delete/reclaim-retain", Field: "*pv.finalizers[external-provisioner.volume.kubernetes.io/finalizer]",
-		Reason: "BUG: upstream puts external-provisioner.volume.kubernetes.io/finalizer on the PVs it provisions with reclaim Retain too, ours only with Delete"},
 	{Case: metricsCase, Field: "aggregator_discovery_*",
 		Reason: "registered by k8s.io/apiserver, which upstream links but never runs (a sidecar serves no API); always zero"},
 	{Case: metricsCase, Field: "apiserver_*",

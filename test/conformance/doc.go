@@ -32,6 +32,18 @@
 //
 //	go test ./test/conformance -run TestAllowlistDoc -update
 //
+// RBAC: upstream runs under its own deploy/kubernetes/rbac.yaml plus what a
+// vendor adds for secrets and VolumeAttributesClasses; ours under deploy/'s
+// RBAC with the same additions, or under upstream's with
+// -conformance.upstream-rbac (CONFORMANCE_UPSTREAM_RBAC=1), as a vendor
+// swapping the image would.
+//
+// Profiles: the flags both provisioners share (--extra-create-metadata,
+// --feature-gates=Topology=true, no leader election) plus, per profile,
+// none, --strict-topology or --immediate-topology=false; every profile has
+// its own pair of drivers and provisioners, all running at once. The nodes'
+// CSINode objects carry an entry for every driver.
+//
 // make test runs the package (go test ./...); make conformance runs it
 // verbosely, printing each case's observation, and CONFORMANCE_REPEAT=n (or
 // -conformance.repeat=n) runs every case n times.
