@@ -25,7 +25,7 @@ export GOFLAGS += -trimpath
 # 30 s (test/cmd/progress).
 PROGRESS  := .cache/tools/progress
 
-.PHONY: all build test unit lint run clean image push controlplane fuzz bench chaos
+.PHONY: all build test unit lint run clean image push controlplane fuzz bench chaos conformance
 
 all: build
 
@@ -105,6 +105,12 @@ DURATION ?= 7m
 chaos: build
 	CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test ./test/chaos/ -run '^TestChaos$$' -count=1 -v -timeout 30m -ldflags='-s -w' \
 		-args -chaos.full -chaos.seed=$(SEED) -chaos.claims=$(CLAIMS) -chaos.duration=$(DURATION)
+
+## conformance: the differential conformance harness (test/conformance) verbosely: the corpus through ours and
+## upstream external-provisioner v6.3.0, every case's observation printed; REPEAT=n runs every case n times
+REPEAT ?= 1
+conformance: build
+	CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin CONFORMANCE_REPEAT=$(REPEAT) $(GO) test ./test/conformance/ -count=1 -v -timeout 40m -ldflags='-s -w'
 
 ## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
 ## or SIGTERM to make alone, stops it and cleans up. make execs the program (no

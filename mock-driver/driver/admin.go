@@ -7,6 +7,8 @@ import (
 	"maps"
 	"net/http"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
@@ -101,11 +103,16 @@ func (d *Driver) adminHandler(logger klog.Logger) http.Handler {
 	mux.HandleFunc("GET /volumes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, d.volumeStatuses()) })
 	mux.HandleFunc("GET /snapshots", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, d.Snapshots()) })
 	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) {
-		if m := r.URL.Query().Get("method"); m != "" && m != "CreateVolume" {
-			http.Error(w, "only CreateVolume requests are recorded", http.StatusBadRequest)
+		m := r.URL.Query().Get("method")
+		if m != "" && csi.File_csi_proto.Services().ByName("Controller").Methods().ByName(protoreflect.Name(m)) == nil {
+			http.Error(w, fmt.Sprintf("%q is not a method of the Controller service; only its calls are recorded", m), http.StatusBadRequest)
 			return
 		}
-		writeJSON(w, d.Requests())
+		recs := d.Calls(m)
+		if recs == nil {
+			recs = []CallRecord{}
+		}
+		writeJSON(w, recs)
 	})
 	mux.HandleFunc("GET /faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, d.faults.Rules()) })
 	mux.HandleFunc("PUT /faults", func(w http.ResponseWriter, r *http.Request) {

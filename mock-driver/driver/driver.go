@@ -42,9 +42,9 @@ type Driver struct {
 	mu sync.Mutex
 	// capacity overrides the configured capacity per segment key.
 	capacity map[string]int64
-	// requests are the most recent CreateVolume requests, oldest first;
-	// seq numbers them.
-	requests []CreateRecord
+	// requests are the most recent Controller service calls, oldest
+	// first; seq numbers them.
+	requests []CallRecord
 	seq      int64
 	// targets are this node's NodePublishVolume targets by volume ID.
 	targets map[string]map[string]publication

@@ -16,10 +16,14 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
 )
 
+// controllerService prefixes the full gRPC method names of the CSI
+// Controller service.
+const controllerService = "/csi.v1.Controller/"
+
 // interceptor runs around every gRPC call: it puts the driver's logger in
 // the call's context, logs request and response (secrets stripped) at V(4),
-// applies the fault rules before the method runs, and records CreateVolume
-// requests with their answers. A call that a late-success rule delays runs
+// applies the fault rules before the method runs, and records the calls of
+// the Controller service with their answers (CallRecord). A call that a late-success rule delays runs
 // on a context that the caller's end does not reach (only the driver's
 // stop), so it is carried out after the caller has given up.
 func (d *Driver) interceptor(stop context.Context, logger klog.Logger) grpc.UnaryServerInterceptor {
@@ -61,6 +65,8 @@ func (d *Driver) interceptor(stop context.Context, logger klog.Logger) grpc.Unar
 		}
 		if r, ok := req.(*csi.CreateVolumeRequest); ok {
 			d.recordCreate(ctx, r, resp, err)
+		} else if strings.HasPrefix(info.FullMethod, controllerService) {
+			d.recordCall(ctx, method, req, resp, err)
 		}
 		if err != nil {
 			logger.V(4).Info("CSI error", "code", status.Code(err), "err", err)

@@ -1,0 +1,50 @@
+// Package conformance is the differential conformance harness: it runs
+// upstream's external-provisioner v6.3.0 (built from the Go module proxy,
+// controlplane.BuildUpstream) and our csi-provisioner side by side on one
+// local control plane, each against a mock driver controller of its own
+// (same flags, a driver name per side and profile), over the same corpus of
+// cases, and diffs what they did.
+//
+// A case (corpus_test.go) is a small declarative value: a StorageClass, a
+// claim, secrets, a data source, a VolumeAttributesClass, a pod for
+// delayed binding, and optionally the claim's deletion. Each side runs it
+// in a namespace of its own; the harness then records, normalised (claim
+// UIDs, namespace, driver name, volume and snapshot IDs, the
+// csiProvisionerIdentity value):
+//
+//   - every Controller call the driver received for the case, with its
+//     whole request (capacity range, capabilities, parameters, mutable
+//     parameters, secret keys without values, topology, content source),
+//     from the mock driver's admin endpoint (/requests);
+//   - the PV (annotations, labels, finalizers, spec, phase) and its Events;
+//   - the claim (annotations, finalizers, phase) and the provisioner's
+//     Event reasons on it;
+//   - after a deletion, whether the claim, the PV and the driver's volume
+//     are gone.
+//
+// Every field that differs must match an entry of allowlist_test.go (case
+// and field patterns, and a reason); other differences fail the test with
+// both values, and so does an entry that no longer matches. After the
+// corpus, every metric (name and label names) upstream serves must be
+// served by ours, unless allowlisted. docs/migrating.md's section
+// "Differences measured against upstream v6.3.0" is rendered from the
+// allowlist (TestAllowlistDoc):
+//
+//	go test ./test/conformance -run TestAllowlistDoc -update
+//
+// RBAC: upstream runs under its own deploy/kubernetes/rbac.yaml plus what a
+// vendor adds for secrets and VolumeAttributesClasses; ours under deploy/'s
+// RBAC with the same additions, or under upstream's with
+// -conformance.upstream-rbac (CONFORMANCE_UPSTREAM_RBAC=1), as a vendor
+// swapping the image would.
+//
+// Profiles: the flags both provisioners share (--extra-create-metadata,
+// --feature-gates=Topology=true, no leader election) plus, per profile,
+// none, --strict-topology or --immediate-topology=false; every profile has
+// its own pair of drivers and provisioners, all running at once. The nodes'
+// CSINode objects carry an entry for every driver.
+//
+// make test runs the package (go test ./...); make conformance runs it
+// verbosely, printing each case's observation, and CONFORMANCE_REPEAT=n (or
+// -conformance.repeat=n) runs every case n times.
+package conformance
