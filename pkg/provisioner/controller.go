@@ -294,12 +294,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.Metrics != nil {
 		opts = append(opts, controller.MetricsInstance(newLibraryMetrics(cfg.Metrics)))
 	}
-	if m := p.migration; m != nil {
-		// CSI migration: claims of the in-tree plugin's classes and its
-		// PVs marked as migrated to the driver are the library's too.
-		opts = append(opts, controller.AdditionalProvisionerNames([]string{m.inTree}))
-		klog.FromContext(ctx).V(2).Info("Serving the in-tree plugin the driver replaces (CSI migration)", "plugin", m.inTree)
-	}
+	opts = append(opts, p.migration.libraryOptions(klog.FromContext(ctx))...)
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
 	var nodeInformer cache.SharedIndexInformer

@@ -7,6 +7,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 )
 
 // annMigratedTo is the annotation kube-controller-manager's PV controller
@@ -50,6 +51,19 @@ func newMigration(driver string) *migration {
 		return nil
 	}
 	return &migration{driver: driver, inTree: inTree, translator: csitrans.New()}
+}
+
+// libraryOptions are the library's options for the migration: claims of
+// the in-tree plugin's classes and its PVs (those marked as migrated to the
+// driver: the library hands over PVs whose provisioned-by or migrated-to
+// annotation names one of its provisioner names) are the library's too.
+// None without a migration.
+func (m *migration) libraryOptions(logger klog.Logger) []func(*controller.ProvisionController) error {
+	if m == nil {
+		return nil
+	}
+	logger.V(2).Info("Serving the in-tree plugin the driver replaces (CSI migration)", "plugin", m.inTree)
+	return []func(*controller.ProvisionController) error{controller.AdditionalProvisionerNames([]string{m.inTree})}
 }
 
 // servesClass reports whether class names the in-tree plugin.

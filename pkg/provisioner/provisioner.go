@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -172,21 +173,13 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim), "storageClass", class.Name)
 	ctx = klog.NewContext(ctx, logger)
 	// migrated: the class names the in-tree plugin the driver replaces;
-	// the driver gets the class translated to CSI and the PV is written
-	// in the plugin's form, as upstream writes it.
-	migrated := p.migration.servesClass(class)
-	switch {
-	case migrated:
-		csiClass, err := p.migration.translateClass(logger, class)
-		if err != nil {
-			return nil, controller.ProvisioningFinished, err
-		}
-		logger.V(4).Info("Translated in-tree StorageClass to CSI", "plugin", class.Provisioner)
-		opts.StorageClass, class = csiClass, csiClass
-	case class.Provisioner != p.cfg.DriverName:
-		return nil, controller.ProvisioningFinished, &controller.IgnoredError{
-			Reason: fmt.Sprintf("class %q belongs to provisioner %q", class.Name, class.Provisioner)}
+	// the driver gets it translated to CSI and the PV is written in the
+	// plugin's form, as upstream writes it.
+	class, migrated, err := p.csiClass(logger, class)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, err
 	}
+	opts.StorageClass = class
 	selectedNode := claim.Annotations[annSelectedNode]
 	delayed := selectedNode != ""
 
@@ -296,6 +289,26 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeHandle", resp.GetVolume().GetVolumeId(), "migrated", migrated,
 		"decision", decision, "accessibleTopology", segmentsString(resp.GetVolume().GetAccessibleTopology()))
 	return pv, controller.ProvisioningFinished, nil
+}
+
+// csiClass returns the class a claim is provisioned with: a class of the
+// driver as it is, a class of the in-tree plugin the driver replaces
+// translated to CSI (migrated). A class of any other provisioner is an
+// IgnoredError.
+func (p *Provisioner) csiClass(logger klog.Logger, class *storagev1.StorageClass) (*storagev1.StorageClass, bool, error) {
+	if p.migration.servesClass(class) {
+		csiClass, err := p.migration.translateClass(logger, class)
+		if err != nil {
+			return nil, true, err
+		}
+		logger.V(4).Info("Translated in-tree StorageClass to CSI", "plugin", class.Provisioner)
+		return csiClass, true, nil
+	}
+	if class.Provisioner != p.cfg.DriverName {
+		return nil, false, &controller.IgnoredError{
+			Reason: fmt.Sprintf("class %q belongs to provisioner %q", class.Name, class.Provisioner)}
+	}
+	return class, false, nil
 }
 
 // dropInaccessible handles a volume the driver placed in a segment the

@@ -30,16 +30,36 @@ import (
 // once its claim is deleted, its volume is deleted through the driver.
 func TestCSIMigration(t *testing.T) {
 	ctx, ns := newNamespace(t)
-	const (
-		ebsDriver = "ebs.csi.aws.com"
-		ebsInTree = "kubernetes.io/aws-ebs"
-		ebsZone   = "topology.ebs.csi.aws.com/zone"
-		zone      = "us-east-1a"
-		node      = "node-ebs"
-	)
+	drv, class := startMigrationDriver(t, ctx)
+	t.Run("in-tree PV marked as migrated is deleted through the driver", func(t *testing.T) {
+		testMigratedPVDeleted(t, ctx, ns, drv, class)
+	})
+	t.Run("claim of the in-tree class is provisioned by the driver", func(t *testing.T) {
+		testInTreeClassProvisioned(t, ctx, ns, drv, class)
+	})
+}
+
+// The migration target of TestCSIMigration: the driver, the in-tree plugin
+// it replaces, its topology key and the zone of its one segment.
+const (
+	ebsDriver = "ebs.csi.aws.com"
+	ebsInTree = "kubernetes.io/aws-ebs"
+	ebsZone   = "topology.ebs.csi.aws.com/zone"
+	ebsZoneID = "us-east-1a"
+	annMigTo  = "pv.kubernetes.io/migrated-to"
+)
+
+// startMigrationDriver starts the mock driver as ebs.csi.aws.com on a node
+// of its own, with its csi-provisioner, and creates an immediate-binding
+// class of the in-tree plugin (parameters type and fsType, the zone in
+// allowedTopologies with the well-known zone label). It returns the driver
+// and the class.
+func startMigrationDriver(t *testing.T, ctx context.Context) (*lab.ExtraDriver, string) {
+	t.Helper()
+	const node = "node-ebs"
 	drv, err := env.StartExtraDriver(ctx, lab.ExtraDriverSpec{
-		Name: ebsDriver, Node: node, Topology: ebsZone + "=" + zone, CapacityBytes: 10 * gi,
-		NodeLabels: map[string]string{ebsZone: zone, v1.LabelTopologyZone: zone, v1.LabelTopologyRegion: "us-east-1"},
+		Name: ebsDriver, Node: node, Topology: ebsZone + "=" + ebsZoneID, CapacityBytes: 10 * gi,
+		NodeLabels: map[string]string{ebsZone: ebsZoneID, v1.LabelTopologyZone: ebsZoneID, v1.LabelTopologyRegion: "us-east-1"},
 	})
 	t.Cleanup(func() { _ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), node, metav1.DeleteOptions{}) })
 	if err != nil {
@@ -52,93 +72,100 @@ func TestCSIMigration(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: ebsInTree, VolumeBindingMode: &mode, ReclaimPolicy: &reclaim,
 		Parameters: map[string]string{"type": "gp3", "fsType": "ext4"},
 		AllowedTopologies: []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
-			{Key: v1.LabelTopologyZone, Values: []string{zone}}}}},
+			{Key: v1.LabelTopologyZone, Values: []string{ebsZoneID}}}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = client.StorageV1().StorageClasses().Delete(context.WithoutCancel(ctx), class, metav1.DeleteOptions{})
 	})
+	return drv, class
+}
 
-	t.Run("in-tree PV marked as migrated is deleted through the driver", func(t *testing.T) {
-		id := createDriverVolume(t, ctx, drv.Socket, ns+"-legacy", ebsZone, zone)
-		pvName := ns + "-legacy"
-		pv := &v1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": ebsInTree}},
-			Spec: v1.PersistentVolumeSpec{
-				Capacity:    v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: class,
-				PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
-				ClaimRef:                      &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: "legacy"},
-				PersistentVolumeSource: v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{
-					VolumeID: "aws://" + zone + "/" + id, FSType: "ext4"}},
-			},
-		}
-		if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = client.CoreV1().PersistentVolumes().Delete(context.WithoutCancel(ctx), pvName, metav1.DeleteOptions{})
-		})
-		claim := migrationClaim(ns, "legacy", class)
-		claim.Spec.VolumeName = pvName
-		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitBound(t, ctx, ns, "legacy")
-		// kube-controller-manager marks the in-tree PV as migrated.
-		waitPV(t, ctx, pvName, "annotated pv.kubernetes.io/migrated-to="+ebsDriver, func(pv *v1.PersistentVolume) bool {
-			return pv.Annotations["pv.kubernetes.io/migrated-to"] == ebsDriver
-		})
-		if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "legacy", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitVolumeGone(t, ctx, drv, pvName, id)
+// testMigratedPVDeleted: a PV of the in-tree plugin made before the
+// migration (its volume exists in the driver) is bound to a claim,
+// kube-controller-manager marks it as migrated, and deleting the claim
+// deletes its volume through the driver and the PV.
+func testMigratedPVDeleted(t *testing.T, ctx context.Context, ns string, drv *lab.ExtraDriver, class string) {
+	id := createDriverVolume(t, ctx, drv.Socket, ns+"-legacy", ebsZone, ebsZoneID)
+	pvName := ns + "-legacy"
+	pv := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": ebsInTree}},
+		Spec: v1.PersistentVolumeSpec{
+			Capacity:    v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: class,
+			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
+			ClaimRef:                      &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: "legacy"},
+			PersistentVolumeSource: v1.PersistentVolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{
+				VolumeID: "aws://" + ebsZoneID + "/" + id, FSType: "ext4"}},
+		},
+	}
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.CoreV1().PersistentVolumes().Delete(context.WithoutCancel(ctx), pvName, metav1.DeleteOptions{})
 	})
+	claim := migrationClaim(ns, "legacy", class)
+	claim.Spec.VolumeName = pvName
+	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitBound(t, ctx, ns, "legacy")
+	waitPV(t, ctx, pvName, "annotated "+annMigTo+"="+ebsDriver, func(pv *v1.PersistentVolume) bool {
+		return pv.Annotations[annMigTo] == ebsDriver
+	})
+	if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "legacy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVolumeGone(t, ctx, drv, pvName, id)
+}
 
-	t.Run("claim of the in-tree class is provisioned by the driver", func(t *testing.T) {
-		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, migrationClaim(ns, "data", class), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		bound := waitBound(t, ctx, ns, "data")
-		claim, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("claim annotations set by kube-controller-manager: %v", claim.Annotations)
-		if got := claim.Annotations["volume.kubernetes.io/storage-provisioner"]; got != ebsDriver {
-			t.Errorf("claim's storage-provisioner = %q, want %q", got, ebsDriver)
-		}
-		pv := waitPV(t, ctx, bound.Name, "annotated pv.kubernetes.io/migrated-to="+ebsDriver, func(pv *v1.PersistentVolume) bool {
-			return pv.Annotations["pv.kubernetes.io/migrated-to"] == ebsDriver
-		})
-		vols, err := drv.Volumes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		i := slices.IndexFunc(vols, func(v state.Volume) bool { return v.Name == pv.Name })
-		if i < 0 {
-			t.Fatalf("driver has no volume %s: %+v", pv.Name, vols)
-		}
-		vol := vols[i]
-		if vol.Segment[ebsZone] != zone || vol.Parameters["type"] != "gp3" {
-			t.Errorf("driver volume %+v, want it in %s=%s with parameter type=gp3", vol, ebsZone, zone)
-		}
-		src := pv.Spec.AWSElasticBlockStore
-		if pv.Spec.CSI != nil || src == nil || src.VolumeID != vol.ID || src.FSType != "ext4" {
-			t.Errorf("PV source %+v, want awsElasticBlockStore of volume %s with fsType ext4", pv.Spec.PersistentVolumeSource, vol.ID)
-		}
-		if got := pv.Annotations["pv.kubernetes.io/provisioned-by"]; got != ebsInTree {
-			t.Errorf("PV provisioned-by = %q, want %q", got, ebsInTree)
-		}
-		if pv.Labels[v1.LabelTopologyZone] != zone {
-			t.Errorf("PV labels %v, want %s=%s", pv.Labels, v1.LabelTopologyZone, zone)
-		}
-		if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitVolumeGone(t, ctx, drv, pv.Name, vol.ID)
+// testInTreeClassProvisioned: a claim of the in-tree class gets Bound to a
+// PV with the in-tree source of a volume the driver made in the translated
+// zone with the class's parameters; deleting the claim deletes the volume.
+func testInTreeClassProvisioned(t *testing.T, ctx context.Context, ns string, drv *lab.ExtraDriver, class string) {
+	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, migrationClaim(ns, "data", class), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := waitBound(t, ctx, ns, "data")
+	claim, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("claim annotations set by kube-controller-manager: %v", claim.Annotations)
+	if got := claim.Annotations["volume.kubernetes.io/storage-provisioner"]; got != ebsDriver {
+		t.Errorf("claim's storage-provisioner = %q, want %q", got, ebsDriver)
+	}
+	pv := waitPV(t, ctx, bound.Name, "annotated "+annMigTo+"="+ebsDriver, func(pv *v1.PersistentVolume) bool {
+		return pv.Annotations[annMigTo] == ebsDriver
 	})
+	vols, err := drv.Volumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(vols, func(v state.Volume) bool { return v.Name == pv.Name })
+	if i < 0 {
+		t.Fatalf("driver has no volume %s: %+v", pv.Name, vols)
+	}
+	vol := vols[i]
+	if vol.Segment[ebsZone] != ebsZoneID || vol.Parameters["type"] != "gp3" {
+		t.Errorf("driver volume %+v, want it in %s=%s with parameter type=gp3", vol, ebsZone, ebsZoneID)
+	}
+	src := pv.Spec.AWSElasticBlockStore
+	if pv.Spec.CSI != nil || src == nil || src.VolumeID != vol.ID || src.FSType != "ext4" {
+		t.Errorf("PV source %+v, want awsElasticBlockStore of volume %s with fsType ext4", pv.Spec.PersistentVolumeSource, vol.ID)
+	}
+	if got := pv.Annotations["pv.kubernetes.io/provisioned-by"]; got != ebsInTree {
+		t.Errorf("PV provisioned-by = %q, want %q", got, ebsInTree)
+	}
+	if pv.Labels[v1.LabelTopologyZone] != ebsZoneID {
+		t.Errorf("PV labels %v, want %s=%s", pv.Labels, v1.LabelTopologyZone, ebsZoneID)
+	}
+	if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitVolumeGone(t, ctx, drv, pv.Name, vol.ID)
 }
 
 // createDriverVolume creates a volume with CreateVolume on the driver at
