@@ -294,6 +294,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.Metrics != nil {
 		opts = append(opts, controller.MetricsInstance(newLibraryMetrics(cfg.Metrics)))
 	}
+	opts = append(opts, p.migration.libraryOptions(klog.FromContext(ctx))...)
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, decisions),
 		cfg.Provisioner.DriverName, p, opts...)
 	var nodeInformer cache.SharedIndexInformer

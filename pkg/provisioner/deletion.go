@@ -93,8 +93,8 @@ func (p *Provisioner) ShouldDelete(ctx context.Context, pv *v1.PersistentVolume)
 // deleted with its claims takes their secrets along). Any other failure to
 // read it is returned, and the delete retried, where upstream would call
 // DeleteVolume without the credentials the class asked for.
-func (p *Provisioner) deletionSecrets(ctx context.Context, pv *v1.PersistentVolume) (map[string]string, error) {
-	ref, err := p.deletionSecretRef(ctx, pv)
+func (p *Provisioner) deletionSecrets(ctx context.Context, pv *v1.PersistentVolume, migrated bool) (map[string]string, error) {
+	ref, err := p.deletionSecretRef(ctx, pv, migrated)
 	if err != nil || ref == nil {
 		return nil, err
 	}
@@ -118,8 +118,10 @@ func (p *Provisioner) deletionSecrets(ctx context.Context, pv *v1.PersistentVolu
 //     own keys, deprecated ones or the default secret), resolved for the
 //     PV's name and its claimRef's name and namespace; none when the class
 //     no longer exists or the PV has no claimRef. A class of another
-//     provisioner is not used (its secrets are not meant for this driver).
-func (p *Provisioner) deletionSecretRef(ctx context.Context, pv *v1.PersistentVolume) (*v1.SecretReference, error) {
+//     provisioner is not used (its secrets are not meant for this driver),
+//     except, for a migrated PV of the in-tree plugin the driver replaces,
+//     a class of that plugin, translated to CSI as for provisioning.
+func (p *Provisioner) deletionSecretRef(ctx context.Context, pv *v1.PersistentVolume, migrated bool) (*v1.SecretReference, error) {
 	logger := klog.FromContext(ctx)
 	name, hasName := pv.Annotations[annDeletionSecretName]
 	ns, hasNamespace := pv.Annotations[annDeletionSecretNamespace]
@@ -139,7 +141,11 @@ func (p *Provisioner) deletionSecretRef(ctx context.Context, pv *v1.PersistentVo
 			"pv", klog.KObj(pv), "storageClass", className, "err", err)
 		return nil, nil
 	}
-	if class.Provisioner != p.cfg.DriverName {
+	if migrated && p.migration.servesClass(class) {
+		if class, err = p.migration.translateClass(logger, class); err != nil {
+			return nil, fmt.Errorf("deletion secret of PV %q: %w", pv.Name, err)
+		}
+	} else if class.Provisioner != p.cfg.DriverName {
 		logger.Info("StorageClass of a PV without deletion-secret annotations belongs to another provisioner, deleting the volume without secrets",
 			"pv", klog.KObj(pv), "storageClass", className, "provisioner", class.Provisioner)
 		return nil, nil

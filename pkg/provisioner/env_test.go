@@ -144,6 +144,9 @@ type envOptions struct {
 	records bool
 	// driverStatus is Deps.DriverStatus.
 	driverStatus func() (bool, string)
+	// driver is the provisioner's driver name (default testDriver; the
+	// mock answers whatever name it is called by).
+	driver string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -156,7 +159,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	cs := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(cs, 0)
-	index := topology.NewIndex(testDriver)
+	driverName := testDriver
+	if o.driver != "" {
+		driverName = o.driver
+	}
+	index := topology.NewIndex(driverName)
 	csiNodes := factory.Storage().V1().CSINodes()
 	classes := factory.Storage().V1().StorageClasses().Lister()
 	indexSynced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), csiNodes.Informer())
@@ -197,7 +204,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		rec.ControllerClient = o.direct
 	}
 	cfg := o.cfg
-	cfg.DriverName = testDriver
+	cfg.DriverName = driverName
 	deps := Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Classes: classes, Index: index, Decisions: NewDecisionLog(),
 		Clock: o.clock, Metrics: o.metrics, Sources: srcs, DriverStatus: o.driverStatus}
 	if o.records {

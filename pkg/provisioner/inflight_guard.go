@@ -96,7 +96,7 @@ func (g *guardPVs) resolve(ctx context.Context, pv *v1.PersistentVolume) error {
 	}
 	logger.Info("PV name held by another volume, deleting the new volume", "existingVolumeHandle", handleOf(existing),
 		"existingDeleting", existing.DeletionTimestamp != nil, "existingPhase", existing.Status.Phase)
-	if err := g.c.p.delete(ctx, pv); err != nil {
+	if err := g.c.p.delete(ctx, pv, false); err != nil {
 		return fmt.Errorf("PV %q is held by another volume; deleting new volume %q: %w", pv.Name, pv.Spec.CSI.VolumeHandle, err)
 	}
 	if ref := pv.Spec.ClaimRef; ref != nil {

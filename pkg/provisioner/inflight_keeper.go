@@ -232,7 +232,7 @@ func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
 		return errRetryLater
 	}
 	defer done()
-	outcome, detail, err := k.p.clearVolume(ctx, claim, k.class(claim))
+	outcome, detail, err := k.p.clearVolume(ctx, claim, k.class(ctx, claim))
 	if err != nil {
 		return err
 	}
@@ -260,14 +260,24 @@ func (k *recordKeeper) hasPV(claim *v1.PersistentVolumeClaim) bool {
 }
 
 // class returns the claim's StorageClass if it still exists and is of this
-// driver, else nil.
-func (k *recordKeeper) class(claim *v1.PersistentVolumeClaim) *storagev1.StorageClass {
+// driver (a class of the in-tree plugin the driver replaces: translated to
+// CSI, as for provisioning), else nil.
+func (k *recordKeeper) class(ctx context.Context, claim *v1.PersistentVolumeClaim) *storagev1.StorageClass {
 	name := ""
 	if claim.Spec.StorageClassName != nil {
 		name = *claim.Spec.StorageClassName
 	}
 	class, err := k.classes.Get(name)
-	if err != nil || class.Provisioner != k.p.cfg.DriverName {
+	if err != nil {
+		return nil
+	}
+	if k.p.migration.servesClass(class) {
+		if class, err = k.p.migration.translateClass(klog.FromContext(ctx), class); err != nil {
+			return nil
+		}
+		return class
+	}
+	if class.Provisioner != k.p.cfg.DriverName {
 		return nil
 	}
 	return class

@@ -218,12 +218,17 @@ func (p *Provisioner) driverLive() error {
 	return nil
 }
 
-// ShouldProvision implements controller.Qualifier: with node deployment a
-// claim is provisioned only by the instance of its selected node (the
-// library's workers read the claim again when they get to it, and by then
-// it may have moved to another node).
+// ShouldProvision implements controller.Qualifier. A claim is provisioned
+// only when it waits for this driver, as upstream decides it: its
+// storage-provisioner annotation names the driver, or
+// kube-controller-manager marked it as migrated to the driver (claimFor);
+// the library would also take a claim annotated with the in-tree plugin's
+// name (one of its provisioner names under CSI migration) that is not
+// migrated. With node deployment a claim is provisioned only by the
+// instance of its selected node (the library's workers read the claim again
+// when they get to it, and by then it may have moved to another node).
 func (p *Provisioner) ShouldProvision(_ context.Context, claim *v1.PersistentVolumeClaim) bool {
-	return p.cfg.Node.ownsClaim(claim)
+	return claimFor(p.cfg.DriverName, claim) && p.cfg.Node.ownsClaim(claim)
 }
 
 // beforeHandBack runs before a node deployment's instance hands a claim

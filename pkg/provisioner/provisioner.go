@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -110,6 +111,9 @@ type Provisioner struct {
 	full *fullSegments
 	// records is the durable in-flight record; nil when it is off.
 	records *inFlight
+	// migration serves the in-tree plugin the driver replaces; nil when
+	// it replaces none.
+	migration *migration
 }
 
 var (
@@ -127,7 +131,8 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
 	}
 	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
-		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlight(deps.ClaimPatcher, cfg.Node)}, nil
+		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlight(deps.ClaimPatcher, cfg.Node),
+		migration: newMigration(cfg.DriverName)}, nil
 }
 
 // SupportsBlock reports that raw block claims are passed to the driver, which
@@ -167,10 +172,14 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	claim, class := opts.PVC, opts.StorageClass
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim), "storageClass", class.Name)
 	ctx = klog.NewContext(ctx, logger)
-	if class.Provisioner != p.cfg.DriverName {
-		return nil, controller.ProvisioningFinished, &controller.IgnoredError{
-			Reason: fmt.Sprintf("class %q belongs to provisioner %q", class.Name, class.Provisioner)}
+	// migrated: the class names the in-tree plugin the driver replaces;
+	// the driver gets it translated to CSI and the PV is written in the
+	// plugin's form, as upstream writes it.
+	class, migrated, err := p.csiClass(logger, class)
+	if err != nil {
+		return nil, controller.ProvisioningFinished, err
 	}
+	opts.StorageClass = class
 	selectedNode := claim.Annotations[annSelectedNode]
 	delayed := selectedNode != ""
 
@@ -262,6 +271,9 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	if err == nil {
 		err = p.checkContentSource(req, resp.GetVolume())
 	}
+	if err == nil && migrated {
+		pv, err = p.migration.toInTree(pv)
+	}
 	if err != nil {
 		// The volume exists but cannot be described: remove it rather than leak it.
 		if derr := p.deleteVolume(ctx, resp.GetVolume().GetVolumeId(), req.csi.Secrets); derr != nil {
@@ -274,9 +286,29 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		p.deps.Decisions.Record(claim.UID, decision+placedIn(resp.GetVolume().GetAccessibleTopology()))
 	}
 	p.refreshCapacity(ctx, pv, resp.GetVolume().GetAccessibleTopology(), class.Name)
-	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeHandle", pv.Spec.CSI.VolumeHandle,
+	logger.V(2).Info("Provisioned volume", "pv", pv.Name, "volumeHandle", resp.GetVolume().GetVolumeId(), "migrated", migrated,
 		"decision", decision, "accessibleTopology", segmentsString(resp.GetVolume().GetAccessibleTopology()))
 	return pv, controller.ProvisioningFinished, nil
+}
+
+// csiClass returns the class a claim is provisioned with: a class of the
+// driver as it is, a class of the in-tree plugin the driver replaces
+// translated to CSI (migrated). A class of any other provisioner is an
+// IgnoredError.
+func (p *Provisioner) csiClass(logger klog.Logger, class *storagev1.StorageClass) (*storagev1.StorageClass, bool, error) {
+	if p.migration.servesClass(class) {
+		csiClass, err := p.migration.translateClass(logger, class)
+		if err != nil {
+			return nil, true, err
+		}
+		logger.V(4).Info("Translated in-tree StorageClass to CSI", "plugin", class.Provisioner)
+		return csiClass, true, nil
+	}
+	if class.Provisioner != p.cfg.DriverName {
+		return nil, false, &controller.IgnoredError{
+			Reason: fmt.Sprintf("class %q belongs to provisioner %q", class.Name, class.Provisioner)}
+	}
+	return class, false, nil
 }
 
 // dropInaccessible handles a volume the driver placed in a segment the
@@ -406,14 +438,25 @@ func (p *Provisioner) readSecret(ctx context.Context, ref *v1.SecretReference) (
 	return out, nil
 }
 
-// Delete removes the volume behind a PV of this driver. A volume the driver
-// no longer knows counts as deleted.
+// Delete removes the volume behind a PV of this driver, or behind a PV of
+// the in-tree plugin the driver replaces that kube-controller-manager
+// marked as migrated to the driver (translated to CSI first). A volume the
+// driver no longer knows counts as deleted.
 func (p *Provisioner) Delete(ctx context.Context, pv *v1.PersistentVolume) error {
+	start := time.Now()
+	migrated := p.migration.migratedPV(pv)
+	if migrated {
+		csiPV, err := p.migration.toCSI(klog.FromContext(ctx), pv)
+		if err != nil {
+			p.deps.Metrics.observeOperation("delete", pv.Spec.StorageClassName, resultError, time.Since(start))
+			return err
+		}
+		pv = csiPV
+	}
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.cfg.DriverName {
 		return &controller.IgnoredError{Reason: fmt.Sprintf("PV %q is not a volume of driver %q", pv.Name, p.cfg.DriverName)}
 	}
-	start := time.Now()
-	err := p.delete(ctx, pv)
+	err := p.delete(ctx, pv, migrated)
 	result := resultSuccess
 	if err != nil {
 		result = resultError
@@ -422,11 +465,13 @@ func (p *Provisioner) Delete(ctx context.Context, pv *v1.PersistentVolume) error
 	return err
 }
 
-func (p *Provisioner) delete(ctx context.Context, pv *v1.PersistentVolume) error {
+// delete deletes the volume of a CSI PV (migrated: translated from the
+// in-tree plugin's PV).
+func (p *Provisioner) delete(ctx context.Context, pv *v1.PersistentVolume, migrated bool) error {
 	if err := p.checkDetached(pv.Name); err != nil {
 		return err
 	}
-	secrets, err := p.deletionSecrets(ctx, pv)
+	secrets, err := p.deletionSecrets(ctx, pv, migrated)
 	if err != nil {
 		return err
 	}
