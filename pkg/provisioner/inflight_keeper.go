@@ -48,6 +48,11 @@ type recordKeeper struct {
 
 	mu   sync.Mutex
 	open map[types.UID]bool
+	// released holds the resourceVersion of live claims whose record was
+	// removed, until the informer shows them without it: a claim event or
+	// PV event in between, from a cache that has not seen the removal yet,
+	// does not send the removal again.
+	released map[types.UID]string
 }
 
 // recordMetrics are the in-flight record's metrics. A nil *recordMetrics
@@ -97,8 +102,9 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](time.Second, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "inflightrecords"}),
-		metrics: newRecordMetrics(reg),
-		open:    map[types.UID]bool{},
+		metrics:  newRecordMetrics(reg),
+		open:     map[types.UID]bool{},
+		released: map[types.UID]string{},
 	}
 	if _, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { k.observe(obj) },
@@ -109,6 +115,7 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 			}
 			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
 				k.setOpen(c.UID, false)
+				k.forgetReleased(c.UID)
 			}
 		},
 	}); err != nil {
@@ -128,6 +135,9 @@ func (k *recordKeeper) observe(obj any) {
 	// their instances' business.
 	has := HasInFlightFinalizer(c) && k.p.cfg.Node.ownsClaim(c)
 	k.setOpen(c.UID, has && c.Spec.VolumeName == "")
+	if !HasInFlightFinalizer(c) {
+		k.forgetReleased(c.UID)
+	}
 	if has && (c.DeletionTimestamp != nil || k.pvShown(c)) {
 		k.queue.Add(cache.MetaObjectToName(c))
 	}
@@ -160,6 +170,21 @@ func (k *recordKeeper) setOpen(uid types.UID, open bool) {
 		delete(k.open, uid)
 	}
 	k.metrics.setOpen(len(k.open))
+}
+
+// releasedAlready reports whether the record of this very version of the
+// claim was removed (the cache has not seen the removal yet).
+func (k *recordKeeper) releasedAlready(claim *v1.PersistentVolumeClaim) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	rv, ok := k.released[claim.UID]
+	return ok && rv == claim.ResourceVersion
+}
+
+func (k *recordKeeper) forgetReleased(uid types.UID) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.released, uid)
 }
 
 // reconcile clears the records of every deleted claim in the cache before
@@ -247,10 +272,16 @@ func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
 	if claim.DeletionTimestamp == nil {
 		// A live claim: its record goes once its PV exists; until then
 		// it is open and stays.
-		if !k.pvShown(claim) {
+		if !k.pvShown(claim) || k.releasedAlready(claim) {
 			return nil
 		}
-		return k.release(ctx, claim, clearMoot)
+		if err := k.release(ctx, claim, clearMoot); err != nil {
+			return err
+		}
+		k.mu.Lock()
+		k.released[claim.UID] = claim.ResourceVersion
+		k.mu.Unlock()
+		return nil
 	}
 	if k.hasPV(claim) {
 		return k.release(ctx, claim, clearMoot)

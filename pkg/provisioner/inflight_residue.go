@@ -173,7 +173,7 @@ func (k *recordKeeper) removeResidue(ctx context.Context, claim *v1.PersistentVo
 	case claim.DeletionTimestamp == nil:
 		logger.Info("Removing the in-flight record of a claim without a PV: external-provisioner will create its volume by the same name, and a volume of that name, if one exists, is returned to it",
 			"volume", name)
-		return RemovalLeftToUpstream, k.release(ctx, claim, clearMoot)
+		return RemovalLeftToUpstream, k.release(ctx, claim, clearOutcome(RemovalLeftToUpstream))
 	case !withDriver:
 		return RemovalKept, fmt.Errorf("volume %q: %w", name, errKeptWithoutDriver)
 	}
