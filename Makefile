@@ -25,7 +25,7 @@ export GOFLAGS += -trimpath
 # 30 s (test/cmd/progress).
 PROGRESS  := .cache/tools/progress
 
-.PHONY: all build test unit lint run clean image push controlplane fuzz bench chaos
+.PHONY: all build test unit lint run clean image push controlplane fuzz bench chaos conformance
 
 all: build
 
@@ -105,6 +105,11 @@ DURATION ?= 7m
 chaos: build
 	CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test ./test/chaos/ -run '^TestChaos$$' -count=1 -v -timeout 30m -ldflags='-s -w' \
 		-args -chaos.full -chaos.seed=$(SEED) -chaos.claims=$(CLAIMS) -chaos.duration=$(DURATION)
+
+## conformance: the drop-in promise at full size: test/e2eswap swaps upstream external-provisioner v6.3.0 for
+## csi-provisioner and back with 200 claims per group (docs/operations.md "Rolling back to upstream")
+conformance: build
+	CSI_TOPOLOGY_SWAP_CLAIMS=200 CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test ./test/e2eswap -count=1 -v -timeout 40m -ldflags='-s -w'
 
 ## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
 ## or SIGTERM to make alone, stops it and cleans up. make execs the program (no
