@@ -233,15 +233,18 @@ func (w *world) claims(ctx context.Context) (map[string]v1.PersistentVolumeClaim
 	return out, nil
 }
 
-// waitFor polls cond until it holds, and fails the test with what
-// describe says otherwise.
+// waitFor polls cond until it holds (an error is retried: the API may be
+// slow on a loaded machine), and fails the test with the detail of the
+// last answered poll otherwise.
 func (w *world) waitFor(what string, cond func(ctx context.Context) (bool, string, error)) {
 	w.t.Helper()
 	detail := ""
 	err := env.Cluster.WaitFor(w.ctx, waitTimeout(), func(ctx context.Context) (bool, error) {
 		ok, d, err := cond(ctx)
-		detail = d
-		return ok, err
+		if err == nil {
+			detail = d
+		}
+		return ok, nil
 	})
 	if err != nil {
 		w.t.Fatalf("%s: %v: %s", what, err, detail)
