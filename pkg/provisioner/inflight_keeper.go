@@ -48,11 +48,11 @@ type recordKeeper struct {
 
 	mu   sync.Mutex
 	open map[types.UID]bool
-	// released holds the resourceVersion of live claims whose record was
-	// removed, until the informer shows them without it: a claim event or
-	// PV event in between, from a cache that has not seen the removal yet,
+	// released holds the live claims whose record is being or was
+	// removed, until the informer shows them without it: a claim or PV
+	// event in between, from a cache that has not seen the removal yet,
 	// does not send the removal again.
-	released map[types.UID]string
+	released map[types.UID]bool
 }
 
 // recordMetrics are the in-flight record's metrics. A nil *recordMetrics
@@ -104,7 +104,7 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "inflightrecords"}),
 		metrics:  newRecordMetrics(reg),
 		open:     map[types.UID]bool{},
-		released: map[types.UID]string{},
+		released: map[types.UID]bool{},
 	}
 	if _, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { k.observe(obj) },
@@ -172,13 +172,16 @@ func (k *recordKeeper) setOpen(uid types.UID, open bool) {
 	k.metrics.setOpen(len(k.open))
 }
 
-// releasedAlready reports whether the record of this very version of the
-// claim was removed (the cache has not seen the removal yet).
-func (k *recordKeeper) releasedAlready(claim *v1.PersistentVolumeClaim) bool {
+// markReleased marks a live claim's record as removed, and reports false
+// when it was already (the cache has not shown the removal yet).
+func (k *recordKeeper) markReleased(uid types.UID) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	rv, ok := k.released[claim.UID]
-	return ok && rv == claim.ResourceVersion
+	if k.released[uid] {
+		return false
+	}
+	k.released[uid] = true
+	return true
 }
 
 func (k *recordKeeper) forgetReleased(uid types.UID) {
@@ -272,15 +275,15 @@ func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
 	if claim.DeletionTimestamp == nil {
 		// A live claim: its record goes once its PV exists; until then
 		// it is open and stays.
-		if !k.pvShown(claim) || k.releasedAlready(claim) {
+		if !k.pvShown(claim) || !k.markReleased(claim.UID) {
 			return nil
 		}
+		// Marked before the PATCH: the informer's event of the
+		// removal, which unmarks, may come before the PATCH returns.
 		if err := k.release(ctx, claim, clearMoot); err != nil {
+			k.forgetReleased(claim.UID)
 			return err
 		}
-		k.mu.Lock()
-		k.released[claim.UID] = claim.ResourceVersion
-		k.mu.Unlock()
 		return nil
 	}
 	if k.hasPV(claim) {
