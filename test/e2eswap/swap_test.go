@@ -20,9 +20,14 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-// hold is the latency put on the driver's calls to keep them in flight
-// across a swap (below csi-provisioner's and upstream's 10 s --timeout).
-const hold = 5 * time.Second
+// Latencies put on the driver's calls to keep them in flight across a swap:
+// CreateVolume outlasts both provisioners' 10 s --timeout, so that no claim
+// gets a volume while it is held (each attempt times out and is retried);
+// DeleteVolume is slowed only.
+const (
+	holdCreate = 30 * time.Second
+	holdDelete = 5 * time.Second
+)
 
 // world is the test's namespace, classes and claims.
 type world struct {
@@ -55,26 +60,26 @@ func TestSwapUpstreamOursUpstream(t *testing.T) {
 	w.waitBound(a)
 
 	// Mixed states, then ours replaces upstream.
-	w.setHold("CreateVolume", "DeleteVolume")
+	w.setHold(true)
 	w.remove(immediateOf(a)[:n/4])
 	b := w.create("b", n, true)
 	w.create("p", n/2, false)
 	w.waitEvent(b, "Provisioning")
 	swapTo(t, "")
-	w.setHold()
+	w.setHold(false)
 	w.waitBound(w.live)
 	w.waitGone()
 	t.Logf("upstream -> ours: %d claims Bound, %d deleted (%s)", len(w.live)-len(w.podless), len(w.deleted), time.Since(start).Round(time.Second))
 
 	// Mixed states, then upstream replaces ours.
-	w.setHold("CreateVolume", "DeleteVolume")
+	w.setHold(true)
 	c := w.create("c", n, true)
 	w.waitRecord(c)
 	w.remove(immediateOf(c)[:n/4])
 	w.remove(immediateOf(a)[n/4 : n/2])
 	w.givePods(w.podless[:len(w.podless)/2])
 	env.StopProvisioner()
-	w.setHold()
+	w.setHold(false)
 	if *removeRecords {
 		out, err := env.RunProvisionerOnce(w.ctx, "--remove-in-flight-records")
 		summary := ""
@@ -207,13 +212,14 @@ func (w *world) remove(names []string) {
 	}
 }
 
-// setHold delays the driver's calls of the given methods by hold; none
-// clears every fault.
-func (w *world) setHold(methods ...string) {
+// setHold holds the driver's CreateVolume calls and slows its DeleteVolume
+// calls (holdCreate, holdDelete); false clears every fault.
+func (w *world) setHold(on bool) {
 	w.t.Helper()
 	var rules []faults.Rule
-	for _, m := range methods {
-		rules = append(rules, faults.Rule{Method: m, Latency: faults.Duration(hold)})
+	if on {
+		rules = []faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(holdCreate)},
+			{Method: "DeleteVolume", Latency: faults.Duration(holdDelete)}}
 	}
 	if err := env.SetFaults(w.ctx, rules); err != nil {
 		w.t.Fatal(err)
@@ -290,8 +296,7 @@ func (w *world) waitGone() {
 }
 
 // waitRecord waits until every claim of names carries csi-provisioner's
-// in-flight record (its CreateVolume is about to run or running) or is
-// bound already (the first ones may be done before the last start).
+// in-flight record: its CreateVolume is held.
 func (w *world) waitRecord(names []string) {
 	w.t.Helper()
 	w.waitFor("claims without the in-flight record", func(ctx context.Context) (bool, string, error) {
@@ -301,7 +306,7 @@ func (w *world) waitRecord(names []string) {
 		}
 		var missing []string
 		for _, name := range names {
-			if c := claims[name]; !provisioner.HasInFlightFinalizer(&c) && c.Spec.VolumeName == "" {
+			if c := claims[name]; !provisioner.HasInFlightFinalizer(&c) {
 				missing = append(missing, name)
 			}
 		}
