@@ -97,6 +97,7 @@ func TestSwapUpstreamOursUpstream(t *testing.T) {
 	swapTo(t, upstream)
 	w.givePods(w.podless)
 	w.waitBound(w.live)
+	w.checkNoRecord()
 	w.waitGone()
 	t.Logf("ours -> upstream: %d claims Bound, %d deleted (%s)", len(w.live), len(w.deleted), time.Since(start).Round(time.Second))
 
@@ -336,6 +337,27 @@ func (w *world) waitEvent(names []string, reason string) {
 		}
 		return len(missing) == 0, fmt.Sprintf("%d without: %v", len(missing), missing), nil
 	})
+}
+
+// checkNoRecord fails the test when a claim carries the in-flight record
+// under upstream, which never removes it: such a claim, once deleted,
+// stays Terminating.
+func (w *world) checkNoRecord() {
+	w.t.Helper()
+	claims, err := w.claims(w.ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var with []string
+	for name, c := range claims {
+		if provisioner.HasInFlightFinalizer(&c) {
+			with = append(with, name)
+		}
+	}
+	slices.Sort(with)
+	if len(with) > 0 {
+		w.t.Errorf("%d claims carry %s under upstream, which never removes it: %v", len(with), provisioner.FinalizerInFlight, with)
+	}
 }
 
 // checkDriver waits until every volume of the driver has a PV and every PV
