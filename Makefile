@@ -106,11 +106,14 @@ chaos: build
 	CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test ./test/chaos/ -run '^TestChaos$$' -count=1 -v -timeout 30m -ldflags='-s -w' \
 		-args -chaos.full -chaos.seed=$(SEED) -chaos.claims=$(CLAIMS) -chaos.duration=$(DURATION)
 
-## conformance: the differential conformance harness (test/conformance) verbosely: the corpus through ours and
-## upstream external-provisioner v6.3.0, every case's observation printed; REPEAT=n runs every case n times
+## conformance: the drop-in promise at full size: the differential harness (test/conformance) verbosely, the
+## corpus through ours and upstream external-provisioner v6.3.0 with every case's observation printed (REPEAT=n
+## runs every case n times), then test/e2eswap swapping upstream for csi-provisioner and back with 200 claims per
+## group (docs/operations.md "Rolling back to upstream")
 REPEAT ?= 1
 conformance: build
 	CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin CONFORMANCE_REPEAT=$(REPEAT) $(GO) test ./test/conformance/ -count=1 -v -timeout 40m -ldflags='-s -w'
+	CSI_TOPOLOGY_SWAP_CLAIMS=200 CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test ./test/e2eswap -count=1 -v -timeout 40m -ldflags='-s -w'
 
 ## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
 ## or SIGTERM to make alone, stops it and cleans up. make execs the program (no

@@ -50,6 +50,10 @@ type config struct {
 	// $NODE_NAME (the topology comes from the driver at start-up).
 	nodeDeployment bool
 	node           provisioner.NodeDeployment
+	// removeRecords is --remove-in-flight-records (a one-shot run, see
+	// rollback.go); recordsDriver is --remove-in-flight-records-driver.
+	removeRecords bool
+	recordsDriver string
 }
 
 // newFlagSet registers every flag of csi-provisioner on a new FlagSet
@@ -105,6 +109,8 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.BoolVar(&c.node.ImmediateBinding, "node-deployment-immediate-binding", true, "With --node-deployment: take immediate-binding claims for this node (the instances race; one wins).")
 	fs.DurationVar(&c.node.BaseDelay, "node-deployment-base-delay", defaultNodeBaseDelay, "With --node-deployment: wait a random time up to this long before trying to take an immediate-binding claim.")
 	fs.DurationVar(&c.node.MaxDelay, "node-deployment-max-delay", defaultNodeMaxDelay, "With --node-deployment: the longest wait before trying again to take an immediate-binding claim (it doubles after each lost race).")
+	fs.BoolVar(&c.removeRecords, "remove-in-flight-records", false, "Run once, before a rollback to upstream external-provisioner (which never removes the in-flight finalizer), and exit: hold the leader-election Lease (with --leader-election), then remove "+provisioner.FinalizerInFlight+" from every claim of the driver. Being deleted without a PV: its volume is deleted through the driver first, and the claim keeps the finalizer when the driver is not reachable. Prints a summary; exits 1 when claims keep it. Same flags as the sidecar otherwise. See docs/operations.md, \"Rolling back to upstream\".")
+	fs.StringVar(&c.recordsDriver, "remove-in-flight-records-driver", "", "With --remove-in-flight-records: the driver's name, for when its socket (--csi-address) is not reachable within 30 s; when it is, the two must agree.")
 	addUpstreamOnlyFlags(fs)
 	return fs, logOpts
 }
@@ -159,6 +165,9 @@ func (c config) validate() error {
 	}
 	if c.controller.WorkerThreads <= 0 {
 		return errors.New("--worker-threads must be positive")
+	}
+	if c.recordsDriver != "" && !c.removeRecords {
+		return errors.New("--remove-in-flight-records-driver needs --remove-in-flight-records")
 	}
 	if c.nodeDeployment {
 		switch {

@@ -50,6 +50,16 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	logger := klog.FromContext(ctx)
+	if cfg.removeRecords {
+		err = removeInFlightRecords(ctx, cfg, os.Stdout)
+		stop()
+		if err != nil {
+			logger.Error(err, "Removing in-flight records")
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+		klog.Flush()
+		return
+	}
 	logger.Info("Starting csi-provisioner", "version", version)
 	err = run(ctx, cfg)
 	stop()

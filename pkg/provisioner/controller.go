@@ -256,6 +256,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			return nil, err
 		}
 		libClient = withRecordGuard(libClient, p, records.recorder)
+		if err := records.watchVolumes(volumes); err != nil {
+			return nil, err
+		}
 	}
 	libClaims, libVolumes := newReplayInformer(claims, pendingClaim), newReplayInformer(volumes, volumeToDelete)
 	var claimer *nodeClaimer

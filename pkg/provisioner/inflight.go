@@ -24,9 +24,11 @@ import (
 
 // FinalizerInFlight is the finalizer that records, on a claim, that a volume
 // of the claim's deterministic name may exist in the driver. It is added in
-// one PATCH before the first CreateVolume of the claim and removed only when
-// the claim is deleted and either its PV exists or DeleteVolume of that name
-// has succeeded (docs/operations.md, "The in-flight record"). The name
+// one PATCH before the first CreateVolume of the claim and removed as soon
+// as a PV of the claim exists, or, for a claim deleted before it got one,
+// once DeleteVolume of that name has succeeded (docs/operations.md, "The
+// in-flight record"): bound claims do not keep it, so that upstream
+// external-provisioner, which never removes it, can take over. The name
 // follows upstream external-provisioner's claim finalizers
 // (provisioner.storage.kubernetes.io/cloning-protection).
 const FinalizerInFlight = "provisioner.storage.kubernetes.io/volume-leak-protection"
@@ -239,8 +241,8 @@ func (p *Provisioner) openRecord(ctx context.Context, claim *v1.PersistentVolume
 }
 
 // recordOutcome is the end of a Provision call for the record: a returned
-// PV ends the claim's in-memory state (the finalizer stays: with a PV it is
-// moot, and it goes when the claim is deleted).
+// PV ends the claim's in-memory state (the finalizer goes when the record
+// keeper sees the PV in the informer).
 func (p *Provisioner) recordOutcome(uid types.UID, pv *v1.PersistentVolume) {
 	if p.records != nil && pv != nil {
 		p.records.done(uid, true)

@@ -26,13 +26,15 @@ import (
 // recordWorkers is how many deleted claims' records are cleared at once.
 const recordWorkers = 8
 
-// recordKeeper clears the in-flight records of deleted claims: a claim that
-// carries FinalizerInFlight and is being deleted has its finalizer removed
-// once its PV exists or the volume of its name is deleted (see
-// Provisioner.clearVolume). It runs only while this replica leads, and
-// reconcile clears every such claim before the library starts provisioning.
-// It also counts the open records (claims with the finalizer and no bound
-// volume). Safe for concurrent use.
+// recordKeeper clears in-flight records: a claim that carries
+// FinalizerInFlight has its finalizer removed as soon as the informer shows
+// a PV for it (the PV governs the volume, and upstream external-provisioner,
+// which never removes the finalizer, can take over after a rollback), and a
+// claim being deleted without a PV once the volume of its name is deleted
+// (see Provisioner.clearVolume). It runs only while this replica leads, and
+// reconcile clears every deleted claim before the library starts
+// provisioning. It also counts the open records (claims with the finalizer
+// and no bound volume). Safe for concurrent use.
 type recordKeeper struct {
 	p        *Provisioner
 	claims   cache.SharedIndexInformer
@@ -45,6 +47,11 @@ type recordKeeper struct {
 
 	mu   sync.Mutex
 	open map[types.UID]bool
+	// released holds the live claims whose record is being or was
+	// removed, until the informer shows them without it: a claim or PV
+	// event in between, from a cache that has not seen the removal yet,
+	// does not send the removal again.
+	released map[types.UID]bool
 }
 
 // recordMetrics are the in-flight record's metrics. A nil *recordMetrics
@@ -62,7 +69,7 @@ func newRecordMetrics(reg metrics.KubeRegistry) *recordMetrics {
 		open: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "in_flight_records",
 			Help: "Claims carrying the in-flight finalizer (" + FinalizerInFlight + ") without a bound volume: a volume of their name may exist without a PV."}),
 		cleared: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "in_flight_records_cleared_total",
-			Help: "In-flight records removed from deleted claims, by outcome: pv_exists (the PV governs the volume), deleted (the volume was deleted), nothing_created (the driver had no volume of that name), abandoned (the volume's ID could not be learnt; see the claim's InFlightVolumeAbandoned Event)."},
+			Help: "In-flight records removed, by outcome: pv_exists (the claim has a PV, which governs the volume), deleted (the volume was deleted), nothing_created (the driver had no volume of that name), abandoned (the volume's ID could not be learnt; see the claim's InFlightVolumeAbandoned Event)."},
 			[]string{"outcome"}),
 	}
 	reg.MustRegister(m.open, m.cleared)
@@ -94,8 +101,9 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](time.Second, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "inflightrecords"}),
-		metrics: newRecordMetrics(reg),
-		open:    map[types.UID]bool{},
+		metrics:  newRecordMetrics(reg),
+		open:     map[types.UID]bool{},
+		released: map[types.UID]bool{},
 	}
 	if _, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { k.observe(obj) },
@@ -106,6 +114,7 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 			}
 			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
 				k.setOpen(c.UID, false)
+				k.forgetReleased(c.UID)
 			}
 		},
 	}); err != nil {
@@ -114,7 +123,8 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 	return k, nil
 }
 
-// observe counts a claim's record and queues a deleted claim that has one.
+// observe counts a claim's record and queues a claim that has one and is
+// deleted or has a PV.
 func (k *recordKeeper) observe(obj any) {
 	c, ok := obj.(*v1.PersistentVolumeClaim)
 	if !ok {
@@ -124,9 +134,30 @@ func (k *recordKeeper) observe(obj any) {
 	// their instances' business.
 	has := HasInFlightFinalizer(c) && k.p.cfg.Node.ownsClaim(c)
 	k.setOpen(c.UID, has && c.Spec.VolumeName == "")
-	if has && c.DeletionTimestamp != nil {
+	if !HasInFlightFinalizer(c) {
+		k.forgetReleased(c.UID)
+	}
+	if has && (c.DeletionTimestamp != nil || k.pvShown(c)) {
 		k.queue.Add(cache.MetaObjectToName(c))
 	}
+}
+
+// watchVolumes queues the claim a PV refers to whenever the PV is added or
+// changed, so that the claim's record goes as soon as its PV is in the
+// informer, whichever of the two the informers see first.
+func (k *recordKeeper) watchVolumes(volumes cache.SharedIndexInformer) error {
+	queue := func(obj any) {
+		if pv, ok := obj.(*v1.PersistentVolume); ok && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID != "" {
+			k.queue.Add(cache.ObjectName{Namespace: pv.Spec.ClaimRef.Namespace, Name: pv.Spec.ClaimRef.Name})
+		}
+	}
+	if _, err := volumes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    queue,
+		UpdateFunc: func(_, obj any) { queue(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching PVs for in-flight records: %w", err)
+	}
+	return nil
 }
 
 func (k *recordKeeper) setOpen(uid types.UID, open bool) {
@@ -138,6 +169,24 @@ func (k *recordKeeper) setOpen(uid types.UID, open bool) {
 		delete(k.open, uid)
 	}
 	k.metrics.setOpen(len(k.open))
+}
+
+// markReleased marks a live claim's record as removed, and reports false
+// when it was already (the cache has not shown the removal yet).
+func (k *recordKeeper) markReleased(uid types.UID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.released[uid] {
+		return false
+	}
+	k.released[uid] = true
+	return true
+}
+
+func (k *recordKeeper) forgetReleased(uid types.UID) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.released, uid)
 }
 
 // reconcile clears the records of every deleted claim in the cache before
@@ -209,18 +258,33 @@ func (k *recordKeeper) next(ctx context.Context) bool {
 	return true
 }
 
-// sync clears the record of one deleted claim, if it has one.
+// sync clears the record of one claim, if it has one and either a PV in
+// the informer or a deletion timestamp.
 func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
 	obj, exists, err := k.claims.GetStore().GetByKey(key.String())
 	if err != nil || !exists {
 		return err
 	}
 	claim, ok := obj.(*v1.PersistentVolumeClaim)
-	if !ok || !HasInFlightFinalizer(claim) || claim.DeletionTimestamp == nil || !k.p.cfg.Node.ownsClaim(claim) {
+	if !ok || !HasInFlightFinalizer(claim) || !k.p.cfg.Node.ownsClaim(claim) {
 		return nil
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim))
 	ctx = klog.NewContext(ctx, logger)
+	if claim.DeletionTimestamp == nil {
+		// A live claim: its record goes once its PV exists; until then
+		// it is open and stays.
+		if !k.pvShown(claim) || !k.markReleased(claim.UID) {
+			return nil
+		}
+		// Marked before the PATCH: the informer's event of the
+		// removal, which unmarks, may come before the PATCH returns.
+		if err := k.release(ctx, claim, clearMoot); err != nil {
+			k.forgetReleased(claim.UID)
+			return err
+		}
+		return nil
+	}
 	if k.hasPV(claim) {
 		return k.release(ctx, claim, clearMoot)
 	}
@@ -252,11 +316,22 @@ func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
 // hasPV reports whether the claim's volume is governed by a PV: the claim
 // is bound, or the PV of its deterministic name refers to it.
 func (k *recordKeeper) hasPV(claim *v1.PersistentVolumeClaim) bool {
-	if claim.Spec.VolumeName != "" {
-		return true
+	return claim.Spec.VolumeName != "" || k.pvShown(claim)
+}
+
+// pvShown reports whether the PV informer holds a PV that refers to the
+// claim (claimRef UID): the one the claim is bound to, or the PV of its
+// deterministic name pvc-<claim UID>.
+func (k *recordKeeper) pvShown(claim *v1.PersistentVolumeClaim) bool {
+	for _, name := range []string{claim.Spec.VolumeName, "pvc-" + string(claim.UID)} {
+		if name == "" {
+			continue
+		}
+		if pv, err := k.pvs.Get(name); err == nil && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID {
+			return true
+		}
 	}
-	pv, err := k.pvs.Get("pvc-" + string(claim.UID))
-	return err == nil && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID
+	return false
 }
 
 // class returns the claim's StorageClass if it still exists and is of this

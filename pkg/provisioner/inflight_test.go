@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
@@ -13,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -189,7 +192,9 @@ func newTestKeeper(t *testing.T, e *env) (*recordKeeper, *record.FakeRecorder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pvs.Informer()
+	if err := k.watchVolumes(pvs.Informer()); err != nil {
+		t.Fatal(err)
+	}
 	classes.Informer()
 	ctx, cancel := context.WithCancel(e.ctx)
 	t.Cleanup(cancel)
@@ -208,6 +213,7 @@ func TestRecordKeeperSync(t *testing.T) {
 		name        string
 		claim       *v1.PersistentVolumeClaim
 		pv          bool
+		pvUID       string
 		busy        bool
 		wantErr     error
 		wantRecord  bool
@@ -220,15 +226,23 @@ func TestRecordKeeperSync(t *testing.T) {
 			pv: true, wantVolumes: 1},
 		{name: "deleted while provisioning: later", claim: makePVC("data", "zonal").deleting().withRecord().PersistentVolumeClaim,
 			busy: true, wantErr: errRetryLater, wantRecord: true, wantVolumes: 1},
-		{name: "not deleted: untouched", claim: makePVC("data", "zonal").withRecord().PersistentVolumeClaim,
+		{name: "not deleted, no PV: untouched", claim: makePVC("data", "zonal").withRecord().PersistentVolumeClaim,
 			wantRecord: true, wantVolumes: 1},
+		{name: "not deleted, PV exists: record removed, volume kept", claim: makePVC("data", "zonal").withRecord().PersistentVolumeClaim,
+			pv: true, wantVolumes: 1},
+		{name: "not deleted, PV of another claim of the name: untouched", claim: makePVC("data", "zonal").withRecord().PersistentVolumeClaim,
+			pv: true, pvUID: "uid-old", wantRecord: true, wantVolumes: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := []runtime.Object{tc.claim, class}
 			if tc.pv {
+				uid := types.UID("uid-data")
+				if tc.pvUID != "" {
+					uid = types.UID(tc.pvUID)
+				}
 				objs = append(objs, &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-uid-data"},
-					Spec: v1.PersistentVolumeSpec{ClaimRef: &v1.ObjectReference{Namespace: "apps", Name: "data", UID: "uid-data"}}})
+					Spec: v1.PersistentVolumeSpec{ClaimRef: &v1.ObjectReference{Namespace: "apps", Name: "data", UID: uid}}})
 			}
 			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, records: true, objs: objs})
 			// A volume of the claim's name exists in the driver.
@@ -262,6 +276,33 @@ func TestRecordKeeperSync(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRecordKeeperQueuesClaimWithPV: a live claim's record is left alone
+// while the claim has no PV, and goes as soon as the PV informer shows one
+// that refers to the claim, so that bound claims do not keep the finalizer.
+func TestRecordKeeperQueuesClaimWithPV(t *testing.T) {
+	claim := makePVC("data", "zonal").withRecord().PersistentVolumeClaim
+	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, records: true,
+		objs: []runtime.Object{claim, makeClass("zonal").immediate().StorageClass}})
+	k, _ := newTestKeeper(t, e)
+	if n := k.queue.Len(); n != 0 {
+		t.Fatalf("%d claims queued before any PV, want 0", n)
+	}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-uid-data"},
+		Spec: v1.PersistentVolumeSpec{ClaimRef: &v1.ObjectReference{Namespace: "apps", Name: "data", UID: "uid-data"}}}
+	if _, err := e.client.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return k.queue.Len() == 1, nil
+	}); err != nil {
+		t.Fatalf("the claim was not queued when its PV appeared: %v", err)
+	}
+	k.next(e.ctx)
+	if HasInFlightFinalizer(e.claim(t, "apps", "data")) {
+		t.Error("the bound claim keeps the in-flight finalizer after its PV appeared")
 	}
 }
 

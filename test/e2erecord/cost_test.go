@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
 // costClaims is how many claims TestRequestsPerVolume provisions.
@@ -80,8 +83,10 @@ func describe(counts map[string]int, n int) string {
 // TestRequestsPerVolume counts csi-provisioner's API requests (client-go's
 // request log at -v=6) for provisioning costClaims immediate-binding claims,
 // and for deleting them. With the in-flight record a provisioned volume
-// costs its claim PATCH (the finalizer), its PV create and one Event: at
-// most 3 requests, upstream's count without the record.
+// costs its claim PATCH (the finalizer), its PV create, one Event and the
+// PATCH that removes the finalizer once the PV exists: at most 4 requests,
+// and no bound claim keeps the finalizer. A deleted claim and its volume
+// cost at most 2 (the PV's delete and the PATCH of its finalizer).
 func TestRequestsPerVolume(t *testing.T) {
 	ctx, ns := newNamespace(t)
 	class := newClass(t, ctx, "rec-cost", storagev1.VolumeBindingImmediate)
@@ -123,6 +128,11 @@ func TestRequestsPerVolume(t *testing.T) {
 		provision, _ = requestCounts(t, log, offset)
 		return provision["POST events"] >= costClaims, nil
 	})
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return len(claimsWithRecord(ctx, ns)) == 0, nil
+	}); err != nil {
+		t.Errorf("bound claims keep the in-flight finalizer: %v", claimsWithRecord(ctx, ns))
+	}
 	time.Sleep(2 * time.Second)
 	provision, offset = requestCounts(t, log, offset)
 	t.Logf("csi-provisioner --in-flight-record=%t, requests for provisioning %d volumes:\n%s", *inFlightRecord, costClaims, describe(provision, costClaims))
@@ -148,13 +158,41 @@ func TestRequestsPerVolume(t *testing.T) {
 	deletion, _ := requestCounts(t, log, offset)
 	t.Logf("requests for deleting %d claims and their volumes:\n%s", costClaims, describe(deletion, costClaims))
 
+	perVolume := 2
+	if *inFlightRecord {
+		perVolume = 4
+	}
+	if total := countedRequests(provision); total > perVolume*costClaims {
+		t.Errorf("%d requests for %d provisioned volumes, more than %d per volume", total, costClaims, perVolume)
+	}
+	if total := countedRequests(deletion); total > 2*costClaims {
+		t.Errorf("%d requests for %d deleted claims and volumes, more than 2 per volume", total, costClaims)
+	}
+}
+
+// countedRequests sums counts without the probes of optional APIs.
+func countedRequests(counts map[string]int) int {
 	total := 0
-	for k, v := range provision {
+	for k, v := range counts {
 		if !strings.HasPrefix(k, probeKey) {
 			total += v
 		}
 	}
-	if total > 3*costClaims {
-		t.Errorf("%d requests for %d provisioned volumes, more than 3 per volume", total, costClaims)
+	return total
+}
+
+// claimsWithRecord returns the claims of ns that carry the in-flight
+// finalizer (one entry saying so when the list fails).
+func claimsWithRecord(ctx context.Context, ns string) []string {
+	list, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []string{"(listing claims failed: " + err.Error() + ")"}
 	}
+	var out []string
+	for _, c := range list.Items {
+		if slices.Contains(c.Finalizers, provisioner.FinalizerInFlight) {
+			out = append(out, c.Name)
+		}
+	}
+	return out
 }
