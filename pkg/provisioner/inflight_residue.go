@@ -89,7 +89,7 @@ func removeRecords(ctx context.Context, cfg ControllerConfig, clients Clients, d
 	out := RecordRemoval{Outcomes: map[string]int{}}
 	for _, obj := range k.claims.GetStore().List() {
 		claim, ok := obj.(*v1.PersistentVolumeClaim)
-		if !ok || !HasInFlightFinalizer(claim) || !k.ofDriver(claim) {
+		if !ok || !HasInFlightFinalizer(claim) || !k.ofDriver(ctx, claim) {
 			continue
 		}
 		out.Claims++
@@ -147,13 +147,13 @@ func newResidueKeeper(ctx context.Context, cfg ControllerConfig, clients Clients
 
 // ofDriver reports whether the claim is to be provisioned by the keeper's
 // driver: its storage-provisioner annotation, or else its class, says so.
-func (k *recordKeeper) ofDriver(claim *v1.PersistentVolumeClaim) bool {
+func (k *recordKeeper) ofDriver(ctx context.Context, claim *v1.PersistentVolumeClaim) bool {
 	for _, ann := range []string{annStorageProvisioner, annBetaStorageProvisioner} {
 		if v, ok := claim.Annotations[ann]; ok {
 			return v == k.p.cfg.DriverName
 		}
 	}
-	return k.class(claim) != nil
+	return k.class(ctx, claim) != nil
 }
 
 // errKeptWithoutDriver: a deleted claim without a PV, and no driver to
