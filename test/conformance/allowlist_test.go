@@ -6,8 +6,6 @@ package conformance
 var allowlist = []allowed{
 	{Case: "*", Field: "*claim.events[Normal Provisioning]",
 		Reason: "one Event per volume: the library's `Provisioning` Event is dropped, `ProvisioningSucceeded` or `ProvisioningFailed` says what happened (Behaviours that differ)"},
-	{Case: "*", Field: "*claim.finalizers[provisioner.storage.kubernetes.io/volume-leak-protection]",
-		Reason: "the in-flight record's finalizer stays on claims (docs/operations.md \"The in-flight record\"); it closes upstream's volume leaks"},
 	{Case: "*", Field: "*calls.CreateVolume[*].accessibilityRequirements.preferred[*]*",
 		Reason: "with Immediate binding both ask for every segment, in another order: upstream orders preferred by a hash of the claim's name, ours rotates the list (Behaviours that differ, Topology requirements)"},
 	{Case: "*", Field: "*pv.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]",
