@@ -32,11 +32,15 @@
 //
 //	go test ./test/conformance -run TestAllowlistDoc -update
 //
-// RBAC: upstream runs under its own deploy/kubernetes/rbac.yaml plus what a
-// vendor adds for secrets and VolumeAttributesClasses; ours under deploy/'s
-// RBAC with the same additions, or under upstream's with
-// -conformance.upstream-rbac (CONFORMANCE_UPSTREAM_RBAC=1), as a vendor
-// swapping the image would.
+// RBAC: by default both sides run under upstream's unmodified
+// deploy/kubernetes/rbac.yaml, as a vendor swapping the image would, plus
+// one ClusterRole with what a vendor of upstream adds for the features the
+// corpus uses: get and list on secrets (the rule upstream's file carries
+// commented out) and get on volumeattributesclasses (upstream GETs a
+// claim's class and its file grants nothing on them; ours then reads them
+// with GET too, its LIST probe being refused). With
+// -conformance.deploy-rbac (CONFORMANCE_DEPLOY_RBAC=1) ours runs under
+// deploy/'s RBAC with the same additions instead.
 //
 // Profiles: the flags both provisioners share (--extra-create-metadata,
 // --feature-gates=Topology=true, no leader election) plus, per profile,
