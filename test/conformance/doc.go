@@ -48,6 +48,26 @@
 // its own pair of drivers and provisioners, all running at once. The nodes'
 // CSINode objects carry an entry for every driver.
 //
+// CSI migration (migration_test.go): both sides' driver is
+// ebs.csi.aws.com, the migration target of the in-tree plugin
+// kubernetes.io/aws-ebs, so that both translate the same way (two targets'
+// translations differ in parameters, keys and volume IDs and would not be
+// comparable). Two provisioners of one driver name would race for the same
+// claims, so the migration cases run on ours first, then on upstream, each
+// with a fresh mock controller (AWS zone names for its segments: the
+// translation derives the region from them), and every claim and PV of a
+// turn is gone before the next starts. The cases: in-tree classes
+// (type/fsType/iopsPerGB/zone/zones parameters, allowedTopologies with the
+// well-known zone label, both at once, delayed binding, block), a class of
+// the driver itself, and a PV the in-tree plugin made, which
+// kube-controller-manager marks pv.kubernetes.io/migrated-to, released and
+// deleted through the driver.
+//
+// After a deletion the deleted.* fields record only the driver calls made
+// since the first observation (DeleteVolume with or without secrets), and
+// a case with a VolumeAttachment records detached.* after the attachment
+// goes.
+//
 // make test runs the package (go test ./...); make conformance runs it
 // verbosely, printing each case's observation, and CONFORMANCE_REPEAT=n (or
 // -conformance.repeat=n) runs every case n times.
