@@ -89,6 +89,10 @@ func renderDoc() string {
 	b.WriteString("`test/conformance` (`make conformance`) runs the same corpus of StorageClasses, claims, data sources and\n" +
 		"deletions through upstream's external-provisioner v6.3.0 and through csi-provisioner, both against the mock\n" +
 		"driver on one control plane, and compares the CSI requests, the PVs, the claims, the Events and the metrics.\n" +
+		"Both run under upstream's unmodified `deploy/kubernetes/rbac.yaml`, plus one ClusterRole with what a vendor of\n" +
+		"upstream adds for the features the corpus uses: `get`/`list` on secrets and `get` on volumeattributesclasses.\n" +
+		"CSI migration cases run both sides, one after the other, as `ebs.csi.aws.com` with in-tree `kubernetes.io/aws-ebs`\n" +
+		"classes and PVs.\n" +
 		"Every difference it measures is listed here, one line each (case, field, why); the test fails on any other\n" +
 		"difference and on a line that no longer matches. Generated from `test/conformance/allowlist_test.go` by\n" +
 		"`go test ./test/conformance -run TestAllowlistDoc -update`.\n\n")

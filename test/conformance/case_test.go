@@ -49,6 +49,8 @@ type classSpec struct {
 	allowedZones []string
 	// provisioner replaces the side's driver name (an in-tree plugin name).
 	provisioner string
+	// zoneLabel is the key of allowedZones; zoneKey when empty.
+	zoneLabel string
 }
 
 // claimSpec is the case's claim "data".
@@ -75,6 +77,13 @@ type deleteSpec struct {
 	// secrets deletes the case's secrets first; class deletes the
 	// StorageClass first.
 	secrets, class bool
+	// stripSecretAnnotations removes the PV's deletion-secret annotations
+	// first (a PV provisioned before they existed): the secret is then
+	// taken from the class.
+	stripSecretAnnotations bool
+	// attached creates a VolumeAttachment of the PV (on node-z1, attached)
+	// first, as if a pod on the node still used the volume.
+	attached bool
 }
 
 // tcase is one case of the corpus, run once per side.
@@ -108,6 +117,8 @@ type run struct {
 	inst  *instance
 	uids  map[string]string // claim name -> UID
 	waits []string          // conditions that timed out
+	// lastSeq is the driver's last call the previous observation saw.
+	lastSeq int64
 }
 
 func (r *run) driver() string { return r.inst.driver }
@@ -168,8 +179,12 @@ func (r *run) storageClass() *storagev1.StorageClass {
 		sc.Parameters[k] = strings.ReplaceAll(v, "{ns}", r.ns)
 	}
 	if len(cs.allowedZones) > 0 {
+		key := zoneKey
+		if cs.zoneLabel != "" {
+			key = cs.zoneLabel
+		}
 		sc.AllowedTopologies = []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
-			{Key: zoneKey, Values: cs.allowedZones}}}}
+			{Key: key, Values: cs.allowedZones}}}}
 	}
 	return sc
 }
@@ -270,8 +285,12 @@ func (r *run) pod(ctx context.Context, name, claim, zone string) error {
 }
 
 // staticPV creates a PV of the side's driver, pre-bound to the claim
-// "data", that no provisioner made.
+// "data", that no provisioner made; with a class of the in-tree plugin, a
+// PV the plugin made (inTreePV).
 func (r *run) staticPV(ctx context.Context) error {
+	if r.tc.class.provisioner == ebsInTree {
+		return r.inTreePV(ctx)
+	}
 	_, err := env.client.CoreV1().PersistentVolumes().Create(ctx, &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: r.ns + "-static"},
 		Spec: v1.PersistentVolumeSpec{
@@ -294,6 +313,7 @@ func (r *run) cleanup(ctx context.Context) {
 	_ = c.StorageV1().StorageClasses().Delete(ctx, r.className(), metav1.DeleteOptions{})
 	_ = c.StorageV1().VolumeAttributesClasses().Delete(ctx, r.ns+"-vac", metav1.DeleteOptions{})
 	_ = c.CoreV1().PersistentVolumes().Delete(ctx, r.ns+"-static", metav1.DeleteOptions{})
+	_ = c.StorageV1().VolumeAttachments().Delete(ctx, r.ns+"-va", metav1.DeleteOptions{})
 	if snaps, err := snapclientset.NewForConfig(env.cluster.RESTConfig); err == nil {
 		_ = snaps.SnapshotV1().VolumeSnapshotContents().Delete(ctx, "content-"+r.ns, metav1.DeleteOptions{})
 	}

@@ -52,12 +52,20 @@ func TestConformance(t *testing.T) {
 	if env == nil {
 		t.Fatal("no control plane (-update only rewrites the doc: run it with -run TestAllowlistDoc)")
 	}
-	cases := corpus()
 	var (
 		mu    sync.Mutex
 		diffs []difference
 		ran   = map[string]bool{}
+		cases []tcase
+		mig   []tcase
 	)
+	for _, tc := range corpus() {
+		if tc.profile == profileMigration {
+			mig = append(mig, tc)
+		} else {
+			cases = append(cases, tc)
+		}
+	}
 	t.Run("cases", func(t *testing.T) {
 		sem := make(chan struct{}, parallel)
 		for rep := 0; rep < *repeat; rep++ {
@@ -79,6 +87,13 @@ func TestConformance(t *testing.T) {
 			}
 		}
 	})
+	t.Run("migration", func(t *testing.T) {
+		d := runMigration(t, mig)
+		for _, tc := range mig {
+			ran[tc.name] = true
+		}
+		diffs = append(diffs, d...)
+	})
 	checkAllowlist(t, diffs, func(name string) bool { return ran[name] })
 	t.Run("metrics", testMetrics)
 }
@@ -95,8 +110,7 @@ func runCase(t *testing.T, tc tcase, ns string) []difference {
 	errs := make([]error, len(sides))
 	var wg sync.WaitGroup
 	for i, s := range sides {
-		r := &run{tc: tc, side: s, ns: ns + "-" + s.short, inst: env.inst(p, s), uids: map[string]string{}}
-		t.Cleanup(func() { r.cleanup(context.WithoutCancel(ctx)) })
+		r := newRun(t, ctx, tc, ns, s, env.inst(p, s))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -109,10 +123,23 @@ func runCase(t *testing.T, tc tcase, ns string) []difference {
 			t.Fatalf("%s: %v", sides[i].name, err)
 		}
 	}
+	return compare(t, tc, obs[0], obs[1])
+}
+
+// newRun returns the case's run on side s in namespace ns-<side>, cleaned
+// up when t ends.
+func newRun(t *testing.T, ctx context.Context, tc tcase, ns string, s side, in *instance) *run {
+	r := &run{tc: tc, side: s, ns: ns + "-" + s.short, inst: in, uids: map[string]string{}}
+	t.Cleanup(func() { r.cleanup(context.WithoutCancel(ctx)) })
+	return r
+}
+
+// compare logs our observation when verbose and returns the differences.
+func compare(t *testing.T, tc tcase, mine, theirs map[string]string) []difference {
 	if testing.Verbose() {
-		t.Logf("observed (ours):\n%s", render(obs[0]))
+		t.Logf("%s observed (ours):\n%s", tc.name, render(mine))
 	}
-	return diffObservations(tc.name, obs[0], obs[1])
+	return diffObservations(tc.name, mine, theirs)
 }
 
 // render lists an observation one field a line, sorted.

@@ -33,6 +33,7 @@ func corpus() []tcase {
 	cs = append(cs, sourceCases()...)
 	cs = append(cs, topologyCases()...)
 	cs = append(cs, deletionCases()...)
+	cs = append(cs, migrationCases()...)
 	return cs
 }
 
@@ -54,8 +55,7 @@ func secretCases() []tcase {
 			tcase{name: "secret/" + kind + "/template-annotation", secrets: []string{"annotated"}, want: wantBound,
 				claim: claimSpec{annotations: map[string]string{"team.example.com/secret": "annotated"}},
 				class: classSpec{params: map[string]string{name: "${pvc.annotations['team.example.com/secret']}", ns: "${pvc.namespace}"}}},
-			tcase{name: "secret/" + kind + "/template-pv-name", secrets: []string{"sec"}, want: wantBound,
-				class: classSpec{params: map[string]string{name: "sec", ns: "${pv.name}"}}},
+			pvNameTemplate(kind, name, ns),
 			tcase{name: "secret/" + kind + "/name-without-namespace", secrets: []string{"sec"}, want: wantFailed,
 				class: classSpec{params: map[string]string{name: "sec"}}},
 		)
@@ -80,6 +80,18 @@ func secretCases() []tcase {
 		tcase{name: "secret/node-publish-missing", want: wantBound,
 			class: classSpec{params: map[string]string{csiPrefix + "node-publish-secret-name": "nope", csiPrefix + "node-publish-secret-namespace": "{ns}"}}},
 	)
+}
+
+// pvNameTemplate is the case of a secret whose namespace is the PV's name:
+// the claim is Bound, except for the provisioner secret, read before the
+// PV exists, in a namespace that does not exist.
+func pvNameTemplate(kind, name, ns string) tcase {
+	tc := tcase{name: "secret/" + kind + "/template-pv-name", secrets: []string{"sec"}, want: wantBound,
+		class: classSpec{params: map[string]string{name: "sec", ns: "${pv.name}"}}}
+	if kind == "provisioner" {
+		tc.want = wantFailed
+	}
+	return tc
 }
 
 // parameterCases: fstype in every spelling, unknown reserved keys, plain
@@ -171,8 +183,10 @@ func topologyCases() []tcase {
 	return cs
 }
 
-// deletionCases: reclaim policies, secrets gone or taken from the PV's
-// annotations after the class went, a static PV no provisioner made.
+// deletionCases: reclaim policies; the deletion secret named by the PV's
+// annotations or (without them) by its class, present or gone, or taken
+// from the PV's annotations after the class went; a volume still attached;
+// a static PV no provisioner made.
 func deletionCases() []tcase {
 	prov := map[string]string{csiPrefix + "provisioner-secret-name": "sec", csiPrefix + "provisioner-secret-namespace": "{ns}"}
 	return []tcase{
@@ -180,6 +194,11 @@ func deletionCases() []tcase {
 		{name: "delete/reclaim-retain", want: wantBound, del: &deleteSpec{}, class: classSpec{reclaim: v1.PersistentVolumeReclaimRetain}},
 		{name: "delete/secret-present", want: wantBound, secrets: []string{"sec"}, class: classSpec{params: prov}, del: &deleteSpec{}},
 		{name: "delete/secret-missing", want: wantBound, secrets: []string{"sec"}, class: classSpec{params: prov}, del: &deleteSpec{secrets: true}},
+		{name: "delete/class-secret-present", want: wantBound, secrets: []string{"sec"}, class: classSpec{params: prov},
+			del: &deleteSpec{stripSecretAnnotations: true}},
+		{name: "delete/class-secret-missing", want: wantBound, secrets: []string{"sec"}, class: classSpec{params: prov},
+			del: &deleteSpec{stripSecretAnnotations: true, secrets: true}},
+		{name: "delete/attached", want: wantBound, del: &deleteSpec{attached: true}},
 		{name: "delete/class-gone", want: wantBound, secrets: []string{"sec"}, class: classSpec{params: prov}, del: &deleteSpec{class: true}},
 		{name: "delete/class-gone-template", want: wantBound, secrets: []string{"data"}, del: &deleteSpec{class: true},
 			class: classSpec{params: map[string]string{csiPrefix + "provisioner-secret-name": "${pvc.name}", csiPrefix + "provisioner-secret-namespace": "${pvc.namespace}"}}},

@@ -32,17 +32,41 @@
 //
 //	go test ./test/conformance -run TestAllowlistDoc -update
 //
-// RBAC: upstream runs under its own deploy/kubernetes/rbac.yaml plus what a
-// vendor adds for secrets and VolumeAttributesClasses; ours under deploy/'s
-// RBAC with the same additions, or under upstream's with
-// -conformance.upstream-rbac (CONFORMANCE_UPSTREAM_RBAC=1), as a vendor
-// swapping the image would.
+// RBAC: by default both sides run under upstream's unmodified
+// deploy/kubernetes/rbac.yaml, as a vendor swapping the image would, plus
+// one ClusterRole with what a vendor of upstream adds for the features the
+// corpus uses: get and list on secrets (the rule upstream's file carries
+// commented out) and get on volumeattributesclasses (upstream GETs a
+// claim's class and its file grants nothing on them; ours then reads them
+// with GET too, its LIST probe being refused). With
+// -conformance.deploy-rbac (CONFORMANCE_DEPLOY_RBAC=1) ours runs under
+// deploy/'s RBAC with the same additions instead.
 //
 // Profiles: the flags both provisioners share (--extra-create-metadata,
 // --feature-gates=Topology=true, no leader election) plus, per profile,
 // none, --strict-topology or --immediate-topology=false; every profile has
 // its own pair of drivers and provisioners, all running at once. The nodes'
 // CSINode objects carry an entry for every driver.
+//
+// CSI migration (migration_test.go): both sides' driver is
+// ebs.csi.aws.com, the migration target of the in-tree plugin
+// kubernetes.io/aws-ebs, so that both translate the same way (two targets'
+// translations differ in parameters, keys and volume IDs and would not be
+// comparable). Two provisioners of one driver name would race for the same
+// claims, so the migration cases run on ours first, then on upstream, each
+// with a fresh mock controller (AWS zone names for its segments: the
+// translation derives the region from them), and every claim and PV of a
+// turn is gone before the next starts. The cases: in-tree classes
+// (type/fsType/iopsPerGB/zone/zones parameters, allowedTopologies with the
+// well-known zone label, both at once, delayed binding, block), a class of
+// the driver itself, and a PV the in-tree plugin made, which
+// kube-controller-manager marks pv.kubernetes.io/migrated-to, released and
+// deleted through the driver.
+//
+// After a deletion the deleted.* fields record only the driver calls made
+// since the first observation (DeleteVolume with or without secrets), and
+// a case with a VolumeAttachment records detached.* after the attachment
+// goes.
 //
 // make test runs the package (go test ./...); make conformance runs it
 // verbosely, printing each case's observation, and CONFORMANCE_REPEAT=n (or

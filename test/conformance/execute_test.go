@@ -18,6 +18,10 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// pvProtectionFinalizer is the provisioning library's finalizer on the PVs
+// it deletes.
+const pvProtectionFinalizer = "external-provisioner.volume.kubernetes.io/finalizer"
+
 // execute runs the case on its side up to its outcome (and deletion) and
 // returns what it observed, normalised.
 func (r *run) execute(ctx context.Context) (map[string]string, error) {
@@ -70,6 +74,16 @@ func (r *run) execute(ctx context.Context) (map[string]string, error) {
 	for k, v := range after {
 		obs[k] = v
 	}
+	if err != nil || !r.tc.del.attached {
+		return obs, err
+	}
+	if err := r.detach(ctx); err != nil {
+		return nil, err
+	}
+	after, err = r.observe(ctx, "detached.")
+	for k, v := range after {
+		obs[k] = v
+	}
 	return obs, err
 }
 
@@ -96,12 +110,20 @@ func (r *run) waitBound(ctx context.Context, claim string) bool {
 
 // waitSettled waits, after the claim is Bound, for what the provisioner
 // writes asynchronously: the ProvisioningSucceeded Event, or for a static
-// PV the provisioner's finalizer on it.
+// PV the provisioner's finalizer on it; with reclaim Retain also until the
+// PV has no protection finalizer (the library adds it to every PV it
+// creates and removes it from a Retain PV at its next sync).
 func (r *run) waitSettled(ctx context.Context) {
+	if r.tc.class.reclaim == v1.PersistentVolumeReclaimRetain {
+		defer r.waitFor(ctx, "no protection finalizer on the Retain PV", func(ctx context.Context) (bool, error) {
+			pv, err := env.client.CoreV1().PersistentVolumes().Get(ctx, "pvc-"+r.uids["data"], metav1.GetOptions{})
+			return err == nil && !slices.Contains(pv.Finalizers, pvProtectionFinalizer), err
+		})
+	}
 	if r.tc.static {
 		r.waitFor(ctx, "the provisioner's finalizer on the static PV", func(ctx context.Context) (bool, error) {
 			pv, err := env.client.CoreV1().PersistentVolumes().Get(ctx, r.ns+"-static", metav1.GetOptions{})
-			return err == nil && slices.Contains(pv.Finalizers, "external-provisioner.volume.kubernetes.io/finalizer"), err
+			return err == nil && slices.Contains(pv.Finalizers, pvProtectionFinalizer), err
 		})
 		return
 	}
@@ -147,6 +169,9 @@ func (r *run) deleteClaim(ctx context.Context) error {
 		if err := c.CoreV1().Pods(r.ns).Delete(ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
 			return err
 		}
+	}
+	if err := r.beforeDelete(ctx, pvName); err != nil {
+		return err
 	}
 	if r.tc.del.secrets {
 		for _, s := range r.tc.secrets {

@@ -11,6 +11,7 @@ import (
 
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -30,9 +31,9 @@ const (
 var zones = []string{"z1", "z2", "z3"}
 
 var (
-	upstreamRBAC = flag.Bool("conformance.upstream-rbac", os.Getenv("CONFORMANCE_UPSTREAM_RBAC") == "1",
-		"run ours under upstream's rbac.yaml too, as a vendor swapping the image would (env CONFORMANCE_UPSTREAM_RBAC=1); "+
-			"by default ours runs under deploy/'s RBAC")
+	deployRBAC = flag.Bool("conformance.deploy-rbac", os.Getenv("CONFORMANCE_DEPLOY_RBAC") == "1",
+		"run ours under deploy/'s RBAC (env CONFORMANCE_DEPLOY_RBAC=1); by default both sides run under upstream's "+
+			"unmodified rbac.yaml, as a vendor swapping the image would")
 	repeat = flag.Int("conformance.repeat", envInt("CONFORMANCE_REPEAT", 1), "run every case this many times (a bigger corpus; env CONFORMANCE_REPEAT)")
 	env    *harness
 )
@@ -74,8 +75,12 @@ var profiles = map[profile][]string{
 	profileNoImmediate: {"--immediate-topology=false"},
 }
 
-// driverName is the mock driver name of a profile and side.
+// driverName is the mock driver name of a profile and side; both sides of
+// profileMigration serve the migration target's name.
 func driverName(p profile, s side) string {
+	if p == profileMigration {
+		return ebsDriver
+	}
 	return fmt.Sprintf("%s-%s.conformance.example.com", p, s.name)
 }
 
@@ -85,7 +90,19 @@ type instance struct {
 	adminURL   string
 	socket     string
 	metricsURL string
-	prov       *controlplane.Process
+	mock, prov *controlplane.Process
+}
+
+// stop stops the provisioner, then the mock controller.
+func (in *instance) stop() {
+	if in == nil {
+		return
+	}
+	for _, p := range []*controlplane.Process{in.prov, in.mock} {
+		if p != nil {
+			p.Stop(15 * time.Second)
+		}
+	}
 }
 
 // harness is the deployed pair of provisioners.
@@ -154,12 +171,14 @@ func setup(ctx context.Context, c *controlplane.Cluster) (*harness, error) {
 	return h, nil
 }
 
-// rbac applies upstream's rbac.yaml (ServiceAccount default/csi-provisioner)
-// plus what a vendor adds for the features the corpus uses: secrets (the
-// rule upstream's file carries commented out) and VolumeAttributesClasses.
-// Upstream runs under this ServiceAccount; ours too with
-// -conformance.upstream-rbac, else under deploy/'s (csi-topology/
-// csi-provisioner, with the same extras).
+// rbac applies upstream's unmodified rbac.yaml (ServiceAccount
+// default/csi-provisioner) plus what a vendor of upstream adds for the
+// features the corpus uses: get and list on secrets (the rule upstream's
+// file carries commented out) and get on VolumeAttributesClasses (upstream
+// reads a claim's class with a GET; its file grants nothing on them). Both
+// sides run under this ServiceAccount, as a vendor swapping the image
+// would; with -conformance.deploy-rbac ours runs under deploy/'s
+// (csi-topology/csi-provisioner, with the same additions) instead.
 func (h *harness) rbac(ctx context.Context) error {
 	if err := h.cluster.ApplyFile(ctx, h.upstream.RBAC(), false); err != nil {
 		return err
@@ -179,7 +198,7 @@ rules:
   verbs: ["get", "list"]
 - apiGroups: ["storage.k8s.io"]
   resources: ["volumeattributesclasses"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -205,19 +224,21 @@ roleRef:
 		return err
 	}
 	h.ourKubeconf = h.kubeconf
-	if !*upstreamRBAC {
+	if *deployRBAC {
 		h.ourKubeconf, err = h.cluster.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-provisioner")
 	}
 	return err
 }
 
 // nodes creates node-<zone> for every zone and its CSINode with an entry
-// for every driver (node ID = node name, the zone key), as each driver's
-// node plugin would register through kubelet.
+// for every driver (node ID = node name, the zone key) and for the
+// migration target (its own zone key), as each driver's node plugin would
+// register through kubelet. The nodes carry the zone under the mock's key,
+// the migration target's and the well-known one.
 func (h *harness) nodes(ctx context.Context, drivers []string) error {
 	for _, z := range zones {
 		name := "node-" + z
-		node, err := h.cluster.CreateNode(ctx, name, map[string]string{zoneKey: z}, nil)
+		node, err := h.cluster.CreateNode(ctx, name, map[string]string{zoneKey: z, ebsZoneKey: ebsZones[z], v1.LabelTopologyZone: ebsZones[z]}, nil)
 		if err != nil {
 			return err
 		}
@@ -226,6 +247,7 @@ func (h *harness) nodes(ctx context.Context, drivers []string) error {
 		for _, d := range drivers {
 			cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: name, TopologyKeys: []string{zoneKey}})
 		}
+		cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: ebsDriver, NodeID: name, TopologyKeys: []string{ebsZoneKey}})
 		if _, err := h.client.StorageV1().CSINodes().Create(ctx, cn, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("CSINode %s: %w", name, err)
 		}
@@ -239,7 +261,11 @@ func (h *harness) start(ctx context.Context, p profile, s side, flags []string) 
 	in := &instance{driver: driverName(p, s), socket: filepath.Join(h.cluster.Dir, fmt.Sprintf("%s-%s.sock", p, s.name))}
 	segs := make([]string, 0, len(zones))
 	for _, z := range zones {
-		segs = append(segs, fmt.Sprintf(`{"topology":{"zone":%q},"capacityBytes":%d}`, z, 1000*gi))
+		key, zone := zoneKey, z
+		if p == profileMigration {
+			key, zone = ebsZoneKey, ebsZones[z]
+		}
+		segs = append(segs, fmt.Sprintf(`{"topology":{%q:%q},"capacityBytes":%d}`, key, zone, 1000*gi))
 	}
 	segFile := filepath.Join(h.cluster.Dir, fmt.Sprintf("segments-%s-%s.json", p, s.name))
 	if err := os.WriteFile(segFile, []byte(`{"segments":[`+strings.Join(segs, ",")+`]}`), 0o644); err != nil {
@@ -250,7 +276,7 @@ func (h *harness) start(ctx context.Context, p profile, s side, flags []string) 
 		return nil, err
 	}
 	in.adminURL = "http://" + admin
-	if _, err := h.cluster.StartProcess(fmt.Sprintf("mock-%s-%s", p, s.name), filepath.Join(h.binDir, "mock-driver"), []string{
+	if in.mock, err = h.cluster.StartProcess(fmt.Sprintf("mock-%s-%s", p, s.name), filepath.Join(h.binDir, "mock-driver"), []string{
 		"--mode=controller", "--name=" + in.driver, "--endpoint=unix://" + in.socket, "--segments-file=" + segFile,
 		"--admin-address=" + admin, "-v=2",
 	}, nil); err != nil {

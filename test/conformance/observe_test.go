@@ -126,8 +126,9 @@ func set(items []string) map[string]string {
 
 // observeDriver records the driver's calls for the case (by the claims'
 // volume names, the volumes made for them, the static volume and the
-// case's snapshot), each method's distinct requests in the order first
-// seen, their codes, and the case's volumes the driver still has.
+// case's snapshot) since the previous observation, each method's distinct
+// requests in the order first seen, their codes, and the case's volumes
+// the driver still has.
 func (r *run) observeDriver(ctx context.Context, prefix string, out map[string]string) error {
 	var calls []driver.CallRecord
 	if err := lab.AdminCall(ctx, r.inst.adminURL, "GET", "/requests", nil, &calls); err != nil {
@@ -153,8 +154,10 @@ func (r *run) observeDriver(ctx context.Context, prefix string, out map[string]s
 	}
 	seen := map[string][]string{}
 	codes := map[string][]string{}
+	after := r.lastSeq
 	for _, c := range calls {
-		if !mine[c.Name] && !mine[c.VolumeID] {
+		r.lastSeq = max(r.lastSeq, c.Seq)
+		if c.Seq <= after || (!mine[c.Name] && !mine[c.VolumeID]) {
 			continue
 		}
 		req := r.norm(string(c.Request))
