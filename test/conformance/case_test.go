@@ -13,6 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	snapclientset "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
 // outcome is what a case waits for on each side before it records.
@@ -315,7 +317,7 @@ func (r *run) cleanup(ctx context.Context) {
 	_ = c.CoreV1().PersistentVolumes().Delete(ctx, r.ns+"-static", metav1.DeleteOptions{})
 	_ = c.StorageV1().VolumeAttachments().Delete(ctx, r.ns+"-va", metav1.DeleteOptions{})
 	if snaps, err := snapclientset.NewForConfig(env.cluster.RESTConfig); err == nil {
-		_ = snaps.SnapshotV1().VolumeSnapshotContents().Delete(ctx, "content-"+r.ns, metav1.DeleteOptions{})
+		_ = snaps.SnapshotV1().VolumeSnapshotContents().Delete(ctx, lab.SnapshotContentName(r.ns, "snap"), metav1.DeleteOptions{})
 	}
 }
 

@@ -4,18 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
-	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	snapclientset "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
 // pvProtectionFinalizer is the provisioning library's finalizer on the PVs
@@ -247,51 +243,5 @@ func (r *run) snapshot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient("unix://"+r.inst.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	resp, err := csi.NewControllerClient(conn).CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: r.ns + "-snap", SourceVolumeId: pv.Spec.CSI.VolumeHandle})
-	if err != nil {
-		return fmt.Errorf("CreateSnapshot: %w", err)
-	}
-	snaps, err := snapclientset.NewForConfig(env.cluster.RESTConfig)
-	if err != nil {
-		return err
-	}
-	snap, err := snaps.SnapshotV1().VolumeSnapshots(r.ns).Create(ctx, &snapv1.VolumeSnapshot{
-		ObjectMeta: metav1.ObjectMeta{Name: "snap"},
-		Spec:       snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("src")}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	handle, size := pv.Spec.CSI.VolumeHandle, resp.GetSnapshot().GetSizeBytes()
-	contentName := "content-" + r.ns
-	mode := v1.PersistentVolumeFilesystem
-	if r.tc.claim.block {
-		mode = v1.PersistentVolumeBlock
-	}
-	content, err := snaps.SnapshotV1().VolumeSnapshotContents().Create(ctx, &snapv1.VolumeSnapshotContent{
-		ObjectMeta: metav1.ObjectMeta{Name: contentName},
-		Spec: snapv1.VolumeSnapshotContentSpec{
-			Driver: r.driver(), DeletionPolicy: snapv1.VolumeSnapshotContentDelete,
-			Source:            snapv1.VolumeSnapshotContentSource{VolumeHandle: &handle},
-			VolumeSnapshotRef: v1.ObjectReference{Namespace: r.ns, Name: "snap", UID: snap.UID},
-			SourceVolumeMode:  &mode,
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	id := resp.GetSnapshot().GetSnapshotId()
-	content.Status = &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: &id, ReadyToUse: ptr.To(true), RestoreSize: &size}
-	if _, err := snaps.SnapshotV1().VolumeSnapshotContents().UpdateStatus(ctx, content, metav1.UpdateOptions{}); err != nil {
-		return err
-	}
-	snap.Status = &snapv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: &contentName, ReadyToUse: ptr.To(true),
-		RestoreSize: resource.NewQuantity(size, resource.BinarySI), CreationTime: &metav1.Time{Time: time.Now()}}
-	_, err = snaps.SnapshotV1().VolumeSnapshots(r.ns).UpdateStatus(ctx, snap, metav1.UpdateOptions{})
-	return err
+	return lab.TakeSnapshot(ctx, env.cluster.RESTConfig, r.inst.socket, r.driver(), r.ns, "snap", "src", pv)
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -12,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -22,6 +24,16 @@ import (
 // that the snapshot controller would give them (no snapshot controller runs
 // on the local control plane). The snapshot CRDs must be installed.
 func (l *Lab) Snapshot(ctx context.Context, socket, ns, name, srcClaim string, src *v1.PersistentVolume) error {
+	return TakeSnapshot(ctx, l.Cluster.RESTConfig, socket, DriverName, ns, name, srcClaim, src)
+}
+
+// SnapshotContentName is the name of the VolumeSnapshotContent that
+// TakeSnapshot binds to the VolumeSnapshot name in ns.
+func SnapshotContentName(ns, name string) string { return "content-" + ns + "-" + name }
+
+// TakeSnapshot is Lab.Snapshot for any cluster (cfg) and any driver: the
+// content names driver and has src's volume mode.
+func TakeSnapshot(ctx context.Context, cfg *rest.Config, socket, driver, ns, name, srcClaim string, src *v1.PersistentVolume) error {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -31,7 +43,7 @@ func (l *Lab) Snapshot(ctx context.Context, socket, ns, name, srcClaim string, s
 	if err != nil {
 		return fmt.Errorf("CreateSnapshot of %s: %w", src.Spec.CSI.VolumeHandle, err)
 	}
-	snaps, err := snapclientset.NewForConfig(l.Cluster.RESTConfig)
+	snaps, err := snapclientset.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -43,14 +55,18 @@ func (l *Lab) Snapshot(ctx context.Context, socket, ns, name, srcClaim string, s
 		return err
 	}
 	handle, size := src.Spec.CSI.VolumeHandle, resp.GetSnapshot().GetSizeBytes()
-	contentName := "content-" + ns + "-" + name
+	mode := v1.PersistentVolumeFilesystem
+	if src.Spec.VolumeMode != nil {
+		mode = *src.Spec.VolumeMode
+	}
+	contentName := SnapshotContentName(ns, name)
 	content, err := snaps.SnapshotV1().VolumeSnapshotContents().Create(ctx, &snapv1.VolumeSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{Name: contentName},
 		Spec: snapv1.VolumeSnapshotContentSpec{
-			Driver: DriverName, DeletionPolicy: snapv1.VolumeSnapshotContentDelete,
+			Driver: driver, DeletionPolicy: snapv1.VolumeSnapshotContentDelete,
 			Source:            snapv1.VolumeSnapshotContentSource{VolumeHandle: &handle},
 			VolumeSnapshotRef: v1.ObjectReference{Namespace: ns, Name: name, UID: snap.UID},
-			SourceVolumeMode:  ptr.To(v1.PersistentVolumeFilesystem),
+			SourceVolumeMode:  &mode,
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -62,7 +78,7 @@ func (l *Lab) Snapshot(ctx context.Context, socket, ns, name, srcClaim string, s
 		return err
 	}
 	snap.Status = &snapv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: &contentName, ReadyToUse: ptr.To(true),
-		RestoreSize: resource.NewQuantity(size, resource.BinarySI)}
+		RestoreSize: resource.NewQuantity(size, resource.BinarySI), CreationTime: &metav1.Time{Time: time.Now()}}
 	_, err = snaps.SnapshotV1().VolumeSnapshots(ns).UpdateStatus(ctx, snap, metav1.UpdateOptions{})
 	return err
 }
