@@ -161,7 +161,9 @@ func waitCapacities(t *testing.T, ctx context.Context, phase string, owner types
 	err := env.Cluster.WaitFor(ctx, waitTimeout(), func(ctx context.Context) (bool, error) {
 		objs, problems, err := checkCapacities(ctx, owner)
 		if err != nil {
-			detail = err.Error()
+			if detail == "" {
+				detail = err.Error()
+			}
 			return false, nil
 		}
 		got, detail = objs, strings.Join(problems, "; ")
