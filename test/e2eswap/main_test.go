@@ -1,7 +1,9 @@
 // Package e2eswap swaps upstream external-provisioner v6.3.0 for
 // csi-provisioner and back on one local control plane, with claims in
 // every state at each swap, and checks that nothing is stuck or leaked:
-// the promise that a vendor can swap the image in and out.
+// the promise that a vendor can swap the image in and out. The
+// CSIStorageCapacity objects of --enable-capacity are swapped the same way,
+// both directions.
 //
 // CSI_TOPOLOGY_SWAP_CLAIMS sets the claims per group (default 8 for make
 // test; make conformance runs 200).

@@ -357,9 +357,18 @@ func (l *Lab) StartProvisioner(extra ...string) error {
 // binary, e.g. a build of upstream external-provisioner to compare with: the
 // same flags, the same ServiceAccount, the same driver.
 func (l *Lab) StartProvisionerBinary(binary string, extra ...string) error {
+	return l.StartProvisionerBinaryEnv(binary, nil, extra...)
+}
+
+// StartProvisionerBinaryEnv is StartProvisionerBinary with env
+// ("NAME=value") added to the process's environment, e.g. POD_NAME and
+// NAMESPACE, which both provisioners read to find the owner of their
+// capacity objects.
+func (l *Lab) StartProvisionerBinaryEnv(binary string, env []string, extra ...string) error {
 	l.StopProvisioner()
 	l.provCount++
-	p, err := l.startProvisioner("csi-provisioner-"+strconv.Itoa(l.provCount), binary, extra...)
+	p, err := l.startProvisionerFor("csi-provisioner-"+strconv.Itoa(l.provCount), binary, l.controllerSock, env,
+		append(append([]string(nil), l.cfg.ProvisionerArgs...), extra...)...)
 	if err != nil {
 		return err
 	}
