@@ -1,4 +1,4 @@
-package provisioner
+package driverconn
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type DriverInfo struct {
 // controller service, or no CREATE_DELETE_VOLUME capability.
 var ErrDriverUnusable = errors.New("CSI driver cannot provision volumes")
 
-// ConnectDriver waits until the driver's socket accepts connections (see
+// Connect waits until the driver's socket accepts connections (see
 // WaitForSocket; address is checked with SocketPath), connects, waits until
 // its Probe reports ready, and reads its name and capabilities. It fails
 // with ErrDriverUnusable when the driver has no controller service or lacks
@@ -46,7 +46,7 @@ var ErrDriverUnusable = errors.New("CSI driver cannot provision volumes")
 // it. The connection is returned even when reading the driver fails after
 // connecting, so the caller can close it. opts are passed to
 // connection.Connect.
-func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration, opts ...connection.Option) (*grpc.ClientConn, DriverInfo, error) {
+func Connect(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration, opts ...connection.Option) (*grpc.ClientConn, DriverInfo, error) {
 	logger := klog.FromContext(ctx)
 	path, err := SocketPath(address)
 	if err != nil {
