@@ -1,4 +1,4 @@
-package limits
+package heartbeat
 
 import (
 	"context"
@@ -110,6 +110,16 @@ func TestLeaseLive(t *testing.T) {
 				t.Errorf("LeaseLive = (%v, %s, %v), want (%v, %s, %v)", live, silent, known, tc.wantLive, tc.wantSilentFor, tc.wantKnown)
 			}
 		})
+	}
+}
+
+// add puts objs into s.
+func add(t testing.TB, s cache.Store, objs ...any) {
+	t.Helper()
+	for _, o := range objs {
+		if err := s.Add(o); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package limits
+package heartbeat
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,12 +31,19 @@ const (
 	PausePluginInfoFailed = "plugin_info_failed"
 )
 
+// DriverClient is the subset of the CSI Identity service the heartbeat
+// calls; safe for concurrent use.
+type DriverClient interface {
+	GetPluginInfo(ctx context.Context, in *csi.GetPluginInfoRequest, opts ...grpc.CallOption) (*csi.GetPluginInfoResponse, error)
+	Probe(ctx context.Context, in *csi.ProbeRequest, opts ...grpc.CallOption) (*csi.ProbeResponse, error)
+}
+
 // ErrDriverName is returned when the driver's name cannot be the value of
 // LeaseDriverLabel; the CSI spec rules such names out.
 var ErrDriverName = errors.New("driver name unusable as a label value")
 
-// HeartbeatConfig configures a Heartbeat.
-type HeartbeatConfig struct {
+// Config configures a Heartbeat.
+type Config struct {
 	// NodeName is the node the driver runs on: the Lease's holderIdentity
 	// and owner. Required.
 	NodeName string
@@ -65,7 +73,7 @@ type HeartbeatConfig struct {
 // docs/node-publisher.md.
 const DefaultLeaseDuration = 60 * time.Second
 
-func (c HeartbeatConfig) withDefaults() HeartbeatConfig {
+func (c Config) withDefaults() Config {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
@@ -84,9 +92,9 @@ func (c HeartbeatConfig) withDefaults() HeartbeatConfig {
 	return c
 }
 
-// Validate reports what NewHeartbeat would refuse in c (with defaults
+// Validate reports what New would refuse in c (with defaults
 // applied), so that a command can fail before connecting to the driver.
-func (c HeartbeatConfig) Validate() error {
+func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
 	case c.NodeName == "":
@@ -117,10 +125,10 @@ func (c HeartbeatConfig) Validate() error {
 // plus one Create when the Lease is missing. Run is not safe for
 // concurrent use; one Heartbeat per node and driver.
 type Heartbeat struct {
-	cfg     HeartbeatConfig
+	cfg     Config
 	client  kubernetes.Interface
 	driver  DriverClient
-	metrics *PublisherMetrics
+	metrics *Metrics
 
 	driverName string
 	name       string
@@ -131,8 +139,8 @@ type Heartbeat struct {
 	backoff    time.Duration
 }
 
-// NewHeartbeat returns a Heartbeat; metrics may be nil.
-func NewHeartbeat(cfg HeartbeatConfig, client kubernetes.Interface, driver DriverClient, metrics *PublisherMetrics) (*Heartbeat, error) {
+// New returns a Heartbeat; metrics may be nil.
+func New(cfg Config, client kubernetes.Interface, driver DriverClient, metrics *Metrics) (*Heartbeat, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

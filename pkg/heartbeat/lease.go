@@ -1,4 +1,4 @@
-package limits
+package heartbeat
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ const LeaseDriverLabel = "csi-topology-provisioner.io/driver"
 
 // LeasesByDriverNode indexes heartbeat Leases by "<driver>/<node>": the
 // LeaseDriverLabel value and spec.holderIdentity (see AddLeaseIndexer).
-const LeasesByDriverNode = "limits/leases-by-driver-node"
+const LeasesByDriverNode = "heartbeat/leases-by-driver-node"
 
 // LeaseName returns the name of the heartbeat Lease of driver on node:
 // "<driver>-<node>-<hash>", where driver is lower-cased with every character
