@@ -121,7 +121,8 @@ func (m *Monitor) setConnected(connected bool, lastErr error) {
 }
 
 // Run watches the connection until ctx is done (nil) or the driver came
-// back changed (an error wrapping ErrDriverChanged or ErrDriverUnusable).
+// back changed (an error wrapping ErrDriverChanged) or unusable (an error
+// saying it cannot provision volumes).
 func (m *Monitor) Run(ctx context.Context) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "address", m.cfg.Address, "driver", m.cfg.Driver.Name)
 	ctx = klog.NewContext(ctx, logger)
@@ -184,7 +185,7 @@ func (m *Monitor) reconnect(ctx context.Context) (DriverInfo, error) {
 	lastLog := m.cfg.Clock.Now()
 	for {
 		info, err := m.attempt(ctx)
-		if err == nil || errors.Is(err, ErrDriverUnusable) {
+		if err == nil || errors.Is(err, errDriverUnusable) {
 			return info, err
 		}
 		m.setConnected(false, err)

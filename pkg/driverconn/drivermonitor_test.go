@@ -85,7 +85,7 @@ func TestDriverMonitor(t *testing.T) {
 		{name: "same driver back"},
 		{name: "renamed driver", back: func(c *driver.Config) { c.Name = "other.csi.example.com" }, wantErr: ErrDriverChanged},
 		{name: "driver without topology", back: func(c *driver.Config) { c.DisableTopology = true }, wantErr: ErrDriverChanged},
-		{name: "node-only driver", back: func(c *driver.Config) { c.Mode = driver.ModeNode; c.NodeID = "n1" }, wantErr: ErrDriverUnusable},
+		{name: "node-only driver", back: func(c *driver.Config) { c.Mode = driver.ModeNode; c.NodeID = "n1" }, wantErr: errDriverUnusable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

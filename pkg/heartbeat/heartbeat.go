@@ -21,14 +21,14 @@ import (
 // Reasons a Heartbeat stops renewing, as logged and counted in
 // csi_node_publisher_lease_paused_total{reason}.
 const (
-	// PauseProbeFailed: Probe failed, e.g. the driver's socket is gone or
+	// pauseProbeFailed: Probe failed, e.g. the driver's socket is gone or
 	// nothing answers on it (a crashed or restarting driver).
-	PauseProbeFailed = "probe_failed"
-	// PauseNotReady: Probe answered ready=false.
-	PauseNotReady = "not_ready"
-	// PausePluginInfoFailed: the driver answered Probe but not
+	pauseProbeFailed = "probe_failed"
+	// pauseNotReady: Probe answered ready=false.
+	pauseNotReady = "not_ready"
+	// pausePluginInfoFailed: the driver answered Probe but not
 	// GetPluginInfo, which names the Lease.
-	PausePluginInfoFailed = "plugin_info_failed"
+	pausePluginInfoFailed = "plugin_info_failed"
 )
 
 // DriverClient is the subset of the CSI Identity service the heartbeat
@@ -38,9 +38,9 @@ type DriverClient interface {
 	Probe(ctx context.Context, in *csi.ProbeRequest, opts ...grpc.CallOption) (*csi.ProbeResponse, error)
 }
 
-// ErrDriverName is returned when the driver's name cannot be the value of
+// errDriverName is returned when the driver's name cannot be the value of
 // LeaseDriverLabel; the CSI spec rules such names out.
-var ErrDriverName = errors.New("driver name unusable as a label value")
+var errDriverName = errors.New("driver name unusable as a label value")
 
 // Config configures a Heartbeat.
 type Config struct {
@@ -149,8 +149,8 @@ func New(cfg Config, client kubernetes.Interface, driver DriverClient, metrics *
 }
 
 // Run beats until ctx is done. It returns an error only when the driver's
-// name cannot label the Lease (ErrDriverName); every other failure is
-// retried.
+// name cannot be the value of LeaseDriverLabel (the CSI spec rules such
+// names out); every other failure is retried.
 func (h *Heartbeat) Run(ctx context.Context) error {
 	for {
 		next, err := h.beat(ctx)
@@ -172,7 +172,7 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 func (h *Heartbeat) beat(ctx context.Context) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	reason, err := h.probe(ctx)
-	if errors.Is(err, ErrDriverName) {
+	if errors.Is(err, errDriverName) {
 		return 0, err
 	}
 	if reason != "" {
@@ -214,20 +214,20 @@ func (h *Heartbeat) probe(ctx context.Context) (string, error) {
 	defer cancel()
 	resp, err := h.driver.Probe(cctx, &csi.ProbeRequest{})
 	if err != nil {
-		return PauseProbeFailed, err
+		return pauseProbeFailed, err
 	}
 	if ready := resp.GetReady(); ready != nil && !ready.GetValue() {
-		return PauseNotReady, nil
+		return pauseNotReady, nil
 	}
 	if h.driverName != "" {
 		return "", nil
 	}
 	pi, err := h.driver.GetPluginInfo(cctx, &csi.GetPluginInfoRequest{})
 	if err != nil {
-		return PausePluginInfoFailed, err
+		return pausePluginInfoFailed, err
 	}
 	if errs := validation.IsValidLabelValue(pi.GetName()); pi.GetName() == "" || len(errs) > 0 {
-		return PausePluginInfoFailed, fmt.Errorf("%w: %q: %v", ErrDriverName, pi.GetName(), errs)
+		return pausePluginInfoFailed, fmt.Errorf("%w: %q: %v", errDriverName, pi.GetName(), errs)
 	}
 	h.driverName = pi.GetName()
 	h.name = LeaseName(h.driverName, h.cfg.NodeName)

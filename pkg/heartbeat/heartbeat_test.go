@@ -142,17 +142,17 @@ func TestHeartbeat(t *testing.T) {
 			wantWrites: 3, wantRenew: t0.Add(20 * time.Second), wantLive: true, wantAcq: t0, renewing: 1},
 		{name: "Probe fails: no renewal, probed every second", probeErr: probeErr, advance: 10 * time.Second, beats: 25,
 			wantNext: time.Second, wantWrites: 3, wantRenew: t0.Add(20 * time.Second), wantLive: true, wantAcq: t0,
-			wantPaused: map[string]float64{PauseProbeFailed: 1}},
+			wantPaused: map[string]float64{pauseProbeFailed: 1}},
 		{name: "lease expires while Probe fails", probeErr: probeErr, advance: 30 * time.Second, beats: 1,
 			wantNext: time.Second, wantWrites: 3, wantRenew: t0.Add(20 * time.Second), wantAcq: t0,
-			wantPaused: map[string]float64{PauseProbeFailed: 1}},
+			wantPaused: map[string]float64{pauseProbeFailed: 1}},
 		{name: "ready=false: still no renewal, new reason", ready: notReady, advance: time.Second, beats: 3,
 			wantNext: time.Second, wantWrites: 3, wantRenew: t0.Add(20 * time.Second), wantAcq: t0,
-			wantPaused: map[string]float64{PauseProbeFailed: 1, PauseNotReady: 1}},
+			wantPaused: map[string]float64{pauseProbeFailed: 1, pauseNotReady: 1}},
 		{name: "driver back: renewed at once, acquired anew", ready: ptr.To(true), advance: time.Second, beats: 1,
 			wantNext: 10 * time.Second, wantWrites: 4, wantRenew: t0.Add(88 * time.Second),
 			wantLive: true, wantAcq: t0.Add(88 * time.Second), wantTrans: 1,
-			wantPaused: map[string]float64{PauseProbeFailed: 1, PauseNotReady: 1}, renewing: 1},
+			wantPaused: map[string]float64{pauseProbeFailed: 1, pauseNotReady: 1}, renewing: 1},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -185,7 +185,7 @@ func TestHeartbeat(t *testing.T) {
 			if got, _ := testutil.GetGaugeMetricValue(m.renewing); got != s.renewing {
 				t.Errorf("lease_renewing = %v, want %v", got, s.renewing)
 			}
-			for _, reason := range []string{PauseProbeFailed, PauseNotReady, PausePluginInfoFailed} {
+			for _, reason := range []string{pauseProbeFailed, pauseNotReady, pausePluginInfoFailed} {
 				got, _ := testutil.GetCounterMetricValue(m.pauses.WithLabelValues(reason))
 				if got != s.wantPaused[reason] {
 					t.Errorf("lease_paused_total{reason=%s} = %v, want %v", reason, got, s.wantPaused[reason])
@@ -350,8 +350,8 @@ func TestHeartbeatConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := hb.Run(ctx); !errors.Is(err, ErrDriverName) {
-			t.Errorf("Run = %v, want ErrDriverName", err)
+		if err := hb.Run(ctx); !errors.Is(err, errDriverName) {
+			t.Errorf("Run = %v, want errDriverName", err)
 		}
 	})
 }

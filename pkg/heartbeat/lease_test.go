@@ -126,7 +126,7 @@ func add(t testing.TB, s cache.Store, objs ...any) {
 // leaseIndexer is a Lease store with the index AddLeaseIndexer adds.
 func leaseIndexer(t testing.TB, leases ...*coordinationv1.Lease) cache.Indexer {
 	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{LeasesByDriverNode: leasesByDriverNode})
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexLeasesByDriverNode: leasesByDriverNode})
 	for _, l := range leases {
 		add(t, idx, l)
 	}
