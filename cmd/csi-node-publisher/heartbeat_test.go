@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 )
 
@@ -18,15 +19,15 @@ func TestHeartbeatFlags(t *testing.T) {
 	tests := []struct {
 		name    string
 		args    []string
-		want    limits.HeartbeatConfig
+		want    heartbeat.Config
 		wantErr string
 	}{
-		{name: "defaults", want: limits.HeartbeatConfig{NodeName: "n1", Namespace: "from-env", LeaseDuration: 60 * time.Second}},
+		{name: "defaults", want: heartbeat.Config{NodeName: "n1", Namespace: "from-env", LeaseDuration: 60 * time.Second}},
 		{
 			name: "flags", args: []string{"--lease-duration=20s", "--lease-renew-interval=5s", "--lease-namespace=ns", "--node-name=n2"},
-			want: limits.HeartbeatConfig{NodeName: "n2", Namespace: "ns", LeaseDuration: 20 * time.Second, RenewInterval: 5 * time.Second},
+			want: heartbeat.Config{NodeName: "n2", Namespace: "ns", LeaseDuration: 20 * time.Second, RenewInterval: 5 * time.Second},
 		},
-		{name: "disabled", args: []string{"--lease-duration=0"}, want: limits.HeartbeatConfig{NodeName: "n1", Namespace: "from-env"}},
+		{name: "disabled", args: []string{"--lease-duration=0"}, want: heartbeat.Config{NodeName: "n1", Namespace: "from-env"}},
 		{name: "negative", args: []string{"--lease-duration=-1s"}, wantErr: "must not be negative"},
 	}
 	for _, tc := range tests {
@@ -76,7 +77,7 @@ func TestRunRefusesBadHeartbeat(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	cfg := config{csiAddress: filepath.Join(shortTempDir(t), "csi.sock"), kubeconfig: writeKubeconfig(t), kubeAPIQPS: 5, kubeAPIBurst: 10,
 		publisher: limits.PublisherConfig{NodeName: "n1"},
-		heartbeat: limits.HeartbeatConfig{NodeName: "n1", Namespace: "ns", LeaseDuration: 10 * time.Second, RenewInterval: 10 * time.Second}}
+		heartbeat: heartbeat.Config{NodeName: "n1", Namespace: "ns", LeaseDuration: 10 * time.Second, RenewInterval: 10 * time.Second}}
 	start := time.Now()
 	if err := run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "--lease-renew-interval") {
 		t.Errorf("run = %v, want an error about --lease-renew-interval", err)

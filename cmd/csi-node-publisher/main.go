@@ -27,6 +27,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 )
 
@@ -45,7 +46,7 @@ type config struct {
 	showVersion  bool
 	publisher    limits.PublisherConfig
 	// heartbeat is off when its LeaseDuration is 0.
-	heartbeat limits.HeartbeatConfig
+	heartbeat heartbeat.Config
 }
 
 // serviceAccountNamespace is where a pod finds its own namespace.
@@ -71,7 +72,7 @@ func parseArgs(args []string) (config, *logging.Options, error) {
 	fs.Int64Var(&c.publisher.ReservedVolumes, "reserved-volumes", 0, "Volumes subtracted from the driver's max_volumes_per_node (e.g. for volumes not managed by Kubernetes).")
 	fs.DurationVar(&c.publisher.ResyncPeriod, "resync-period", time.Minute, "Re-run NodeGetInfo and re-publish this often.")
 	fs.BoolVar(&c.publisher.CleanupOnExit, "cleanup-on-exit", false, "Remove this driver's CSINode entry on SIGTERM.")
-	fs.DurationVar(&c.heartbeat.LeaseDuration, "lease-duration", limits.DefaultLeaseDuration, "Duration of the driver's heartbeat Lease, renewed while the driver answers Probe: a driver silent this long counts as not live on this node (whole seconds; 0 disables the heartbeat).")
+	fs.DurationVar(&c.heartbeat.LeaseDuration, "lease-duration", heartbeat.DefaultLeaseDuration, "Duration of the driver's heartbeat Lease, renewed while the driver answers Probe: a driver silent this long counts as not live on this node (whole seconds; 0 disables the heartbeat).")
 	fs.DurationVar(&c.heartbeat.RenewInterval, "lease-renew-interval", 0, "Renew the heartbeat Lease this often, one API write each (0: a third of --lease-duration).")
 	fs.StringVar(&c.heartbeat.Namespace, "lease-namespace", os.Getenv("NAMESPACE"), "Namespace of the heartbeat Lease (default: $NAMESPACE, else the pod's service account namespace).")
 	fs.StringVar(&c.httpEndpoint, "http-endpoint", "", "Address (host:port) serving /healthz and /metrics; empty disables it.")
@@ -153,6 +154,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 	reg := metrics.NewKubeRegistry()
 	pubMetrics := limits.NewPublisherMetrics(reg)
+	hbMetrics := heartbeat.NewMetrics(reg)
 	// The endpoint listens before the driver is connected, so a busy
 	// address fails at once and /metrics answers while the driver starts.
 	var health publisherHealth
@@ -182,9 +184,9 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	var hb *limits.Heartbeat
+	var hb *heartbeat.Heartbeat
 	if cfg.heartbeat.LeaseDuration > 0 {
-		if hb, err = limits.NewHeartbeat(cfg.heartbeat, client, driver, pubMetrics); err != nil {
+		if hb, err = heartbeat.New(cfg.heartbeat, client, driver, hbMetrics); err != nil {
 			return err
 		}
 	}
@@ -194,7 +196,7 @@ func run(ctx context.Context, cfg config) error {
 
 // runAll runs the publisher and, when there is one, the heartbeat until ctx
 // ends or one of them fails; the other is then stopped and waited for.
-func runAll(ctx context.Context, publish func(context.Context) error, hb *limits.Heartbeat) error {
+func runAll(ctx context.Context, publish func(context.Context) error, hb *heartbeat.Heartbeat) error {
 	if hb == nil {
 		return publish(ctx)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -154,7 +155,7 @@ func parseArgs(args []string, output io.Writer) (config, *logging.Options, error
 
 // validate checks what parseFlags can check without I/O.
 func (c config) validate() error {
-	if _, err := provisioner.SocketPath(c.csiAddress); err != nil {
+	if _, err := driverconn.SocketPath(c.csiAddress); err != nil {
 		return fmt.Errorf("--csi-address: %w", err)
 	}
 	if c.kubeAPIQPS <= 0 || c.kubeAPIBurst <= 0 {

@@ -26,6 +26,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/owner"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -87,7 +88,7 @@ func writeTerminationMessage(err error) {
 }
 
 // run validates the kubeconfig, waits for the driver and provisions until
-// ctx is done. It returns an error wrapping provisioner.ErrDriverChanged
+// ctx is done. It returns an error wrapping driverconn.ErrDriverChanged
 // when the driver comes back from an outage with another name or without a
 // capability this process relies on.
 func run(ctx context.Context, cfg config) error {
@@ -109,9 +110,9 @@ func run(ctx context.Context, cfg config) error {
 		defer srv.Close()
 	}
 	// No OnConnectionLoss: csi-lib-utils reconnects by default, and the
-	// DriverMonitor below reports the outage and checks the driver when it
+	// The driverconn.Monitor below reports the outage and checks the driver when it
 	// is back.
-	conn, info, err := provisioner.ConnectDriver(ctx, cfg.csiAddress, mm, cfg.probeTimeout)
+	conn, info, err := driverconn.Connect(ctx, cfg.csiAddress, mm, cfg.probeTimeout)
 	if conn != nil {
 		defer conn.Close()
 	}
@@ -148,7 +149,7 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	var ctrl *provisioner.Controller
-	monitor := provisioner.NewDriverMonitor(conn, provisioner.DriverMonitorConfig{
+	monitor := driverconn.NewMonitor(conn, driverconn.MonitorConfig{
 		Address: cfg.csiAddress, Driver: info, UsesCapacity: cfg.enableCapacity,
 		CallTimeout: cc.Provisioner.Timeout, OnReconnect: func(ctx context.Context) { ctrl.RetryNow(ctx) }, Metrics: mm.GetRegistry(),
 	})
@@ -189,7 +190,7 @@ func newClients(cfg config, restCfg *rest.Config) (provisioner.Clients, error) {
 // capacityConfig checks that the driver can report capacity and finds the
 // owner of the capacity objects: the Deployment --capacity-owner-deployment
 // names, or the object --capacity-ownerref-level levels up from the pod.
-func capacityConfig(ctx context.Context, cfg config, info provisioner.DriverInfo, client kubernetes.Interface, restCfg *rest.Config) (*provisioner.CapacityConfig, error) {
+func capacityConfig(ctx context.Context, cfg config, info driverconn.DriverInfo, client kubernetes.Interface, restCfg *rest.Config) (*provisioner.CapacityConfig, error) {
 	if !info.SupportsCapacity {
 		return nil, fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -45,7 +46,7 @@ func removeInFlightRecords(ctx context.Context, cfg config, out io.Writer) error
 		cc.Provisioner.Node = &cfg.node
 	}
 	connectCtx, cancel := context.WithTimeout(ctx, driverWait)
-	conn, info, err := provisioner.ConnectDriver(connectCtx, cfg.csiAddress, newMetricsManager(), cfg.probeTimeout)
+	conn, info, err := driverconn.Connect(connectCtx, cfg.csiAddress, newMetricsManager(), cfg.probeTimeout)
 	cancel()
 	if conn != nil {
 		defer conn.Close()

@@ -6,6 +6,7 @@ import (
 	snapclientset "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"k8s.io/client-go/rest"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -20,7 +21,7 @@ const nodeProbeInterval = 5 * time.Minute
 // cluster serves them, and whether RBAC lets this process read them, is
 // found out while running (optional APIs, picked up when they appear), not
 // here.
-func sourcesConfig(cfg config, info provisioner.DriverInfo, restCfg *rest.Config, nodeDeployment bool) (provisioner.SourcesConfig, error) {
+func sourcesConfig(cfg config, info driverconn.DriverInfo, restCfg *rest.Config, nodeDeployment bool) (provisioner.SourcesConfig, error) {
 	sc := provisioner.SourcesConfig{ProtectionWorkers: int(cfg.cloningProtectionThreads),
 		AttributesClasses: cfg.featureGates.enabled("VolumeAttributesClass")}
 	if nodeDeployment {

@@ -12,10 +12,6 @@ type PublisherMetrics struct {
 	count      *metrics.Gauge
 	publishes  *metrics.CounterVec
 	collisions *metrics.Counter
-
-	leaseRenewing *metrics.Gauge
-	leaseRenewals *metrics.CounterVec
-	leasePauses   *metrics.CounterVec
 }
 
 // NewPublisherMetrics registers the publisher's metrics in reg.
@@ -29,14 +25,8 @@ func NewPublisherMetrics(reg metrics.KubeRegistry) *PublisherMetrics {
 			Help: "Publish attempts by result (success, error)."}, []string{"result"}),
 		collisions: metrics.NewCounter(&metrics.CounterOpts{Subsystem: "csi_node_publisher", Name: "label_collisions_total",
 			Help: "Topology labels found with another value than the driver reports."}),
-		leaseRenewing: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: "csi_node_publisher", Name: "lease_renewing",
-			Help: "1 while the driver's heartbeat Lease is renewed (the driver answers Probe), 0 while it is left to expire."}),
-		leaseRenewals: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: "csi_node_publisher", Name: "lease_renewals_total",
-			Help: "Heartbeat Lease writes by result (success, error)."}, []string{"result"}),
-		leasePauses: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: "csi_node_publisher", Name: "lease_paused_total",
-			Help: "Times the heartbeat Lease stopped being renewed, by reason (probe_failed, not_ready, plugin_info_failed)."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.driverUp, m.count, m.publishes, m.collisions, m.leaseRenewing, m.leaseRenewals, m.leasePauses)
+	reg.MustRegister(m.driverUp, m.count, m.publishes, m.collisions)
 	return m
 }
 
@@ -76,33 +66,5 @@ func (m *PublisherMetrics) observePublish(err error) {
 func (m *PublisherMetrics) observeCollision() {
 	if m != nil {
 		m.collisions.Inc()
-	}
-}
-
-func (m *PublisherMetrics) setRenewing(on bool) {
-	if m == nil {
-		return
-	}
-	if on {
-		m.leaseRenewing.Set(1)
-	} else {
-		m.leaseRenewing.Set(0)
-	}
-}
-
-func (m *PublisherMetrics) observeRenewal(err error) {
-	if m == nil {
-		return
-	}
-	result := "success"
-	if err != nil {
-		result = "error"
-	}
-	m.leaseRenewals.WithLabelValues(result).Inc()
-}
-
-func (m *PublisherMetrics) observePause(reason string) {
-	if m != nil {
-		m.leasePauses.WithLabelValues(reason).Inc()
 	}
 }

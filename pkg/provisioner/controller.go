@@ -50,7 +50,7 @@ type ControllerConfig struct {
 	// with upstream external-provisioner; it exists to show those leaks.
 	DisableInFlightRecord bool
 	// DriverStatus, when set, tells whether the driver answers
-	// (DriverMonitor.Status); see Deps.DriverStatus.
+	// (driverconn.Monitor.Status); see Deps.DriverStatus.
 	DriverStatus func() (connected bool, reason string)
 }
 
@@ -312,7 +312,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 // RetryNow queues every claim without a volume and every PV that may need
 // deleting for an attempt now, rather than when their backoff ends, and
 // refreshes every capacity object: call it when the driver is back after
-// an outage (DriverMonitorConfig.OnReconnect). Safe to call at any time.
+// an outage (driverconn.MonitorConfig.OnReconnect). Safe to call at any time.
 func (c *Controller) RetryNow(ctx context.Context) {
 	claims, volumes := c.libClaims.replay(), c.libVolumes.replay()
 	if c.capacity != nil {

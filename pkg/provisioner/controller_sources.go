@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 )
 
 // SourcesConfig says which data-source APIs csi-provisioner follows; see
@@ -47,7 +48,7 @@ type SourcesConfig struct {
 type sourceWiring struct {
 	sources    Sources
 	broadcast  record.EventBroadcaster
-	protection *SourceProtection
+	protection *sourceprotection.Controller
 	// apis are the optional APIs to follow (Sources.SnapshotAPI,
 	// Sources.AttributesClassAPI), run by start.
 	apis []*optionalapi.API
@@ -61,10 +62,10 @@ func wireSources(ctx context.Context, cfg ControllerConfig, clients Clients, fac
 	claims := factory.Core().V1().PersistentVolumeClaims()
 	w.sources.Claims = claims.Lister()
 	w.sources.Volumes = factory.Core().V1().PersistentVolumes().Lister()
-	pc := SourceProtectionConfig{Claims: claims.Informer(), ClaimLister: claims.Lister(), ClaimClient: clients.Work.CoreV1(),
+	pc := sourceprotection.Config{Claims: claims.Informer(), ClaimLister: claims.Lister(), ClaimClient: clients.Work.CoreV1(),
 		Workers: cfg.Sources.ProtectionWorkers}
 	if c := cfg.Sources.Snapshots; c != nil {
-		si := NewSnapshotInformers(c, cfg.ResyncPeriod)
+		si := sourceprotection.NewSnapshotInformers(c, cfg.ResyncPeriod)
 		w.sources.Snapshots, w.sources.SnapshotContents = si.SnapshotLister(), si.ContentLister()
 		pc.Snapshots, pc.SnapshotLister, pc.SnapshotClient = si.Snapshots, si.SnapshotLister(), c.SnapshotV1()
 		sw := &snapshotWiring{client: c, informers: si}
@@ -100,7 +101,7 @@ func wireSources(ctx context.Context, cfg ControllerConfig, clients Clients, fac
 		w.apis = append(w.apis, w.sources.AttributesClassAPI)
 	}
 	var err error
-	if w.protection, err = NewSourceProtection(pc); err != nil {
+	if w.protection, err = sourceprotection.New(pc); err != nil {
 		return nil, err
 	}
 	w.sources.Protection = w.protection
@@ -131,7 +132,7 @@ func probeWatch(ctx context.Context, watch func(context.Context, metav1.ListOpti
 // with a GET, as upstream does.
 type snapshotWiring struct {
 	client    snapclientset.Interface
-	informers SnapshotInformers
+	informers sourceprotection.SnapshotInformers
 	// contentsByGet: the contents may not be watched.
 	contentsByGet atomic.Bool
 }

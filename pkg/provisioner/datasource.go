@@ -20,24 +20,16 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
-// Names shared with upstream external-provisioner v6.3.0, so that a fleet
-// that mixes both agrees on them.
-const (
-	// FinalizerCloneSource is on a claim while clones of it are being
-	// provisioned.
-	FinalizerCloneSource = "provisioner.storage.kubernetes.io/cloning-protection"
-	// FinalizerSnapshotSource is on a VolumeSnapshot while volumes are being
-	// restored from it. It is the provisioner's own: the snapshot
-	// controller's snapshot.storage.kubernetes.io/volumesnapshot-as-source-protection
-	// belongs to that controller, which adds and removes it by itself.
-	FinalizerSnapshotSource = "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection"
-	// annAllowVolumeModeChange on a VolumeSnapshotContent allows a restore
-	// into another volume mode despite Config.PreventVolumeModeConversion.
-	annAllowVolumeModeChange = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
-)
+// annAllowVolumeModeChange on a VolumeSnapshotContent allows a restore into
+// another volume mode despite Config.PreventVolumeModeConversion. The name
+// is upstream external-provisioner v6.3.0's, so that a fleet that mixes
+// both agrees on it. (The finalizers protecting data sources are package
+// sourceprotection's.)
+const annAllowVolumeModeChange = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
 
 // The data source kinds the provisioner serves itself.
 const (
@@ -73,43 +65,12 @@ func (s *dataSource) String() string {
 }
 
 // key identifies the source for the protection controller.
-func (s *dataSource) key() sourceKey {
-	return sourceKey{kind: s.kind, namespace: s.namespace, name: s.name}
+func (s *dataSource) key() sourceprotection.Key {
+	return sourceprotection.Key{Kind: s.kind, Namespace: s.namespace, Name: s.name}
 }
 
 func refused(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrSourceRefused, fmt.Sprintf(format, args...))
-}
-
-// sourceRef is a claim's data source reference, normalized from
-// spec.dataSource and spec.dataSourceRef.
-type sourceRef struct {
-	group, kind, name string
-	// namespace is set only by a cross-namespace dataSourceRef.
-	namespace string
-}
-
-// claimSourceRef returns the claim's data source reference, or nil. The API
-// server keeps dataSource and dataSourceRef in step for the kinds both can
-// hold; dataSourceRef alone names populators and other namespaces.
-func claimSourceRef(claim *v1.PersistentVolumeClaim) *sourceRef {
-	if r := claim.Spec.DataSourceRef; r != nil && r.Namespace != nil && *r.Namespace != "" && *r.Namespace != claim.Namespace {
-		return &sourceRef{group: deref(r.APIGroup), kind: r.Kind, name: r.Name, namespace: *r.Namespace}
-	}
-	if r := claim.Spec.DataSource; r != nil {
-		return &sourceRef{group: deref(r.APIGroup), kind: r.Kind, name: r.Name}
-	}
-	if r := claim.Spec.DataSourceRef; r != nil {
-		return &sourceRef{group: deref(r.APIGroup), kind: r.Kind, name: r.Name}
-	}
-	return nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // snapshotAPIWait bounds how long a restore waits for the VolumeSnapshot
@@ -122,21 +83,21 @@ const snapshotAPIWait = 5 * time.Second
 // the populator makes the volume. Refusals wrap ErrSourceRefused (or
 // ErrInvalidClaim for what the claim itself gets wrong).
 func (p *Provisioner) resolveSource(ctx context.Context, claim *v1.PersistentVolumeClaim) (*dataSource, error) {
-	ref := claimSourceRef(claim)
+	ref := sourceprotection.ClaimRef(claim)
 	switch {
 	case ref == nil:
 		return nil, nil
-	case ref.namespace != "":
+	case ref.Namespace != "":
 		return nil, fmt.Errorf("%w: a data source in another namespace (dataSourceRef %s %q in namespace %q) is not supported by this csi-provisioner (upstream's alpha CrossNamespaceVolumeDataSource)",
-			ErrInvalidClaim, ref.kind, ref.name, ref.namespace)
-	case ref.name == "":
-		return nil, fmt.Errorf("%w: the data source %s has no name", ErrInvalidClaim, ref.kind)
-	case ref.group == "" && ref.kind == kindClaim:
+			ErrInvalidClaim, ref.Kind, ref.Name, ref.Namespace)
+	case ref.Name == "":
+		return nil, fmt.Errorf("%w: the data source %s has no name", ErrInvalidClaim, ref.Kind)
+	case ref.Group == "" && ref.Kind == kindClaim:
 		if !p.cfg.SupportsClone {
 			return nil, refused("CSI driver %q cannot clone volumes (it lacks the CLONE_VOLUME controller capability)", p.cfg.DriverName)
 		}
-		return p.cloneSource(claim, ref.name)
-	case ref.group == snapshotGroup && ref.kind == kindSnapshot:
+		return p.cloneSource(claim, ref.Name)
+	case ref.Group == snapshotGroup && ref.Kind == kindSnapshot:
 		if !p.cfg.SupportsSnapshot {
 			return nil, refused("CSI driver %q cannot restore snapshots (it lacks the CREATE_DELETE_SNAPSHOT controller capability)", p.cfg.DriverName)
 		}
@@ -147,14 +108,14 @@ func (p *Provisioner) resolveSource(ctx context.Context, claim *v1.PersistentVol
 			return nil, refused("the VolumeSnapshot API (%s/v1) is not served yet, or csi-provisioner may not list and watch volumesnapshots or list volumesnapshotcontents (%s); retried, and picked up without a restart once it is",
 				snapshotGroup, api.State())
 		}
-		return p.snapshotSource(ctx, claim, ref.name)
+		return p.snapshotSource(ctx, claim, ref.Name)
 	}
 	if p.deps.Events != nil {
 		p.deps.Events.Eventf(claim, v1.EventTypeNormal, reasonPopulator,
-			"Assuming an external populator will provision the volume from data source %s %q (API group %q)", ref.kind, ref.name, ref.group)
+			"Assuming an external populator will provision the volume from data source %s %q (API group %q)", ref.Kind, ref.Name, ref.Group)
 	}
 	return nil, &controller.IgnoredError{Reason: fmt.Sprintf("data source %s.%s %q is not handled by the provisioner, assuming an external populator will provision it",
-		ref.kind, ref.group, ref.name)}
+		ref.Kind, ref.Group, ref.Name)}
 }
 
 // cloneSource checks a clone's source claim and its volume.
@@ -170,7 +131,7 @@ func (p *Provisioner) cloneSource(claim *v1.PersistentVolumeClaim, name string) 
 	if err != nil {
 		return nil, fmt.Errorf("reading source claim %s: %w", src, err)
 	}
-	if source.DeletionTimestamp != nil && !hasString(source.Finalizers, FinalizerCloneSource) {
+	if source.DeletionTimestamp != nil && !hasString(source.Finalizers, sourceprotection.FinalizerCloneSource) {
 		return nil, refused("the source claim %s is being deleted", src)
 	}
 	if source.Status.Phase != v1.ClaimBound || source.Spec.VolumeName == "" {
@@ -221,7 +182,7 @@ func (p *Provisioner) snapshotSource(ctx context.Context, claim *v1.PersistentVo
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", src, err)
 	}
-	if snap.DeletionTimestamp != nil && !hasString(snap.Finalizers, FinalizerSnapshotSource) {
+	if snap.DeletionTimestamp != nil && !hasString(snap.Finalizers, sourceprotection.FinalizerSnapshotSource) {
 		return nil, refused("the %s is being deleted", src)
 	}
 	if snap.Status == nil || snap.Status.BoundVolumeSnapshotContentName == nil || *snap.Status.BoundVolumeSnapshotContentName == "" {
@@ -385,7 +346,7 @@ type Sources struct {
 	AttributesClassGetter func(ctx context.Context, name string) (*storagev1.VolumeAttributesClass, error)
 	// Protection puts the source-protection finalizers on sources before
 	// CreateVolume; nil: sources are not protected.
-	Protection *SourceProtection
+	Protection *sourceprotection.Controller
 	// Events posts the Event of a claim left to a volume populator.
 	Events record.EventRecorder
 }

@@ -21,17 +21,19 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 )
 
 // sourcesFor wires listers, protection and an Event recorder for data
 // sources over the fake clientsets, before the factories start.
-func sourcesFor(t *testing.T, cs *fake.Clientset, factory informers.SharedInformerFactory, snapObjs []runtime.Object) (Sources, *snapfake.Clientset, SnapshotInformers, *record.FakeRecorder) {
+func sourcesFor(t *testing.T, cs *fake.Clientset, factory informers.SharedInformerFactory, snapObjs []runtime.Object) (Sources, *snapfake.Clientset, sourceprotection.SnapshotInformers, *record.FakeRecorder) {
 	t.Helper()
 	snapCS := snapfake.NewSimpleClientset(snapObjs...)
-	snaps := NewSnapshotInformers(noWatchList{snapCS}, 0)
+	snaps := sourceprotection.NewSnapshotInformers(noWatchList{snapCS}, 0)
 	claims := factory.Core().V1().PersistentVolumeClaims()
 	events := record.NewFakeRecorder(100)
-	prot, err := NewSourceProtection(SourceProtectionConfig{
+	prot, err := sourceprotection.New(sourceprotection.Config{
 		Claims: claims.Informer(), ClaimLister: claims.Lister(), ClaimClient: cs.CoreV1(),
 		Snapshots: snaps.Snapshots, SnapshotLister: snaps.SnapshotLister(), SnapshotClient: snapCS.SnapshotV1(),
 	})
@@ -208,8 +210,8 @@ func TestCloneProvision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !hasString(stored.Finalizers, FinalizerCloneSource) {
-		t.Errorf("source claim finalizers = %v, want %s", stored.Finalizers, FinalizerCloneSource)
+	if !hasString(stored.Finalizers, sourceprotection.FinalizerCloneSource) {
+		t.Errorf("source claim finalizers = %v, want %s", stored.Finalizers, sourceprotection.FinalizerCloneSource)
 	}
 }
 
@@ -386,8 +388,8 @@ func TestSnapshotRestore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !hasString(stored.Finalizers, FinalizerSnapshotSource) {
-				t.Errorf("snapshot finalizers = %v, want %s", stored.Finalizers, FinalizerSnapshotSource)
+			if !hasString(stored.Finalizers, sourceprotection.FinalizerSnapshotSource) {
+				t.Errorf("snapshot finalizers = %v, want %s", stored.Finalizers, sourceprotection.FinalizerSnapshotSource)
 			}
 		})
 	}

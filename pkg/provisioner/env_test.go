@@ -28,6 +28,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -122,7 +123,7 @@ type env struct {
 	// with envOptions.sources:
 	snap       *snapfake.Clientset
 	events     *record.FakeRecorder
-	protection *SourceProtection
+	protection *sourceprotection.Controller
 }
 
 type envOptions struct {
@@ -173,9 +174,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	var srcs Sources
 	var snapCS *snapfake.Clientset
 	var events *record.FakeRecorder
-	var snapInformers *SnapshotInformers
+	var snapInformers *sourceprotection.SnapshotInformers
 	if o.sources {
-		var si SnapshotInformers
+		var si sourceprotection.SnapshotInformers
 		srcs, snapCS, si, events = sourcesFor(t, cs, factory, o.snapObjs)
 		snapInformers = &si
 		if o.apisMissing {

@@ -86,7 +86,7 @@ type Deps struct {
 	// See slowretry.go.
 	Retries *SlowRetries
 	// DriverStatus, when set, tells whether the driver answers
-	// (DriverMonitor.Status). With node deployment a claim selected for the
+	// (driverconn.Monitor.Status). With node deployment a claim selected for the
 	// node goes back to the scheduler while it does not. May be nil.
 	DriverStatus func() (connected bool, reason string)
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 )
 
 // contentsLog is the start of the line that says, once, that contents are
@@ -66,7 +67,7 @@ func TestSnapshotContentsWithoutWatch(t *testing.T) {
 				})
 			}
 			client := noWatchList{cs}
-			sw := &snapshotWiring{client: client, informers: NewSnapshotInformers(client, 0)}
+			sw := &snapshotWiring{client: client, informers: sourceprotection.NewSnapshotInformers(client, 0)}
 			api := sw.api(time.Hour)
 			go api.Run(ctx)
 			if !api.WaitReady(ctx, 10*time.Second) {

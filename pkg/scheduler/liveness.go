@@ -10,11 +10,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 )
 
 // LivenessSource tells whether a CSI driver is live on a node, from the
-// heartbeat Leases csi-node-publisher renews (limits.Liveness implements
+// heartbeat Leases csi-node-publisher renews (heartbeat.Liveness implements
 // it). known is false for a node without a heartbeat: such a node counts
 // as live. Implementations are safe for concurrent use and answer in O(1)
 // of the number of nodes.
@@ -23,23 +23,23 @@ type LivenessSource interface {
 }
 
 // HeartbeatInformer returns an informer factory of its own over the
-// driver heartbeat Leases only (limits.LeaseListOptions: the apiserver
+// driver heartbeat Leases only (heartbeat.LeaseListOptions: the apiserver
 // filters by label, so the kubelets' node Leases never arrive), in
 // namespace (all namespaces when empty), its Lease informer carrying the
-// limits.AddLeaseIndexer index, and the Liveness over it. The caller
+// heartbeat.AddLeaseIndexer index, and the Liveness over it. The caller
 // starts the factory. It is never the scheduler's shared factory: that one
 // would watch every Lease of the cluster.
-func HeartbeatInformer(client kubernetes.Interface, namespace string) (informers.SharedInformerFactory, cache.SharedIndexInformer, *limits.Liveness, error) {
-	opts := []informers.SharedInformerOption{informers.WithTweakListOptions(limits.LeaseListOptions)}
+func HeartbeatInformer(client kubernetes.Interface, namespace string) (informers.SharedInformerFactory, cache.SharedIndexInformer, *heartbeat.Liveness, error) {
+	opts := []informers.SharedInformerOption{informers.WithTweakListOptions(heartbeat.LeaseListOptions)}
 	if namespace != "" {
 		opts = append(opts, informers.WithNamespace(namespace))
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, opts...)
 	inf := factory.Coordination().V1().Leases().Informer()
-	if err := limits.AddLeaseIndexer(inf); err != nil {
+	if err := heartbeat.AddLeaseIndexer(inf); err != nil {
 		return nil, nil, nil, err
 	}
-	lv, err := limits.NewLiveness(inf.GetIndexer())
+	lv, err := heartbeat.NewLiveness(inf.GetIndexer())
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -62,7 +62,7 @@ func HeartbeatAPI(client kubernetes.Interface, namespace string, factory informe
 		Without: "every node counts as live",
 		Probe: func(ctx context.Context) error {
 			o := metav1.ListOptions{Limit: 1}
-			limits.LeaseListOptions(&o)
+			heartbeat.LeaseListOptions(&o)
 			_, err := client.CoordinationV1().Leases(namespace).List(ctx, o)
 			return err
 		},

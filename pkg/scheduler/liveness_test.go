@@ -11,14 +11,14 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 )
 
 // heartbeatLease is the Lease csi-node-publisher keeps for drv on node,
 // last renewed at renewed, with a TTL of ttl.
 func heartbeatLease(drv, node string, renewed time.Time, ttl time.Duration) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "csi", Name: limits.LeaseName(drv, node), Labels: map[string]string{limits.LeaseDriverLabel: drv}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "csi", Name: heartbeat.LeaseName(drv, node), Labels: map[string]string{heartbeat.LeaseDriverLabel: drv}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To(int32(ttl / time.Second)),
 			RenewTime: &metav1.MicroTime{Time: renewed}},
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -26,18 +26,18 @@ const hostnameKey = "kubernetes.io/hostname"
 // leaseLiveness is a Liveness over a Lease informer wired as the
 // scheduler side wires it (LeaseListOptions, AddLeaseIndexer), until the
 // test ends.
-func leaseLiveness(t *testing.T, ctx context.Context) *limits.Liveness {
+func leaseLiveness(t *testing.T, ctx context.Context) *heartbeat.Liveness {
 	t.Helper()
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(limits.LeaseListOptions))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(heartbeat.LeaseListOptions))
 	inf := factory.Coordination().V1().Leases().Informer()
-	if err := limits.AddLeaseIndexer(inf); err != nil {
+	if err := heartbeat.AddLeaseIndexer(inf); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(func() { cancel(); factory.Shutdown() })
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	lv, err := limits.NewLiveness(inf.GetIndexer())
+	lv, err := heartbeat.NewLiveness(inf.GetIndexer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func leaseLiveness(t *testing.T, ctx context.Context) *limits.Liveness {
 
 // waitLive waits until lv says the driver on node is live (or not) and
 // known, and returns how long it has been silent.
-func waitLive(t *testing.T, ctx context.Context, lv *limits.Liveness, node string, want bool) time.Duration {
+func waitLive(t *testing.T, ctx context.Context, lv *heartbeat.Liveness, node string, want bool) time.Duration {
 	t.Helper()
 	var live, known bool
 	var silent time.Duration
@@ -108,7 +108,7 @@ func TestDriverHeartbeat(t *testing.T) {
 	t.Cleanup(func() { pub.Stop(15 * time.Second) })
 	lv := leaseLiveness(t, ctx)
 	leases := client.CoordinationV1().Leases(lab.PublisherNamespace)
-	name := limits.LeaseName(driverName, node)
+	name := heartbeat.LeaseName(driverName, node)
 	getLease := func() *coordinationv1.Lease {
 		t.Helper()
 		l, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -122,7 +122,7 @@ func TestDriverHeartbeat(t *testing.T) {
 		waitLive(t, ctx, lv, node, true)
 		l := getLease()
 		if ptr.Deref(l.Spec.HolderIdentity, "") != node || ptr.Deref(l.Spec.LeaseDurationSeconds, 0) != int32(ttl/time.Second) ||
-			l.Labels[limits.LeaseDriverLabel] != driverName {
+			l.Labels[heartbeat.LeaseDriverLabel] != driverName {
 			t.Errorf("lease %s: holder %v, duration %v, labels %v", name, l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Labels)
 		}
 		if len(l.OwnerReferences) != 1 || l.OwnerReferences[0].Kind != "Node" || l.OwnerReferences[0].UID != n.UID {
@@ -189,7 +189,7 @@ func TestPublisherLeaseRBAC(t *testing.T) {
 	dryRun := []string{metav1.DryRunAll}
 	own := sa.CoordinationV1().Leases(lab.PublisherNamespace)
 	// Every lab node's publisher keeps one.
-	name := limits.LeaseName(driverName, "node-z1-a")
+	name := heartbeat.LeaseName(driverName, "node-z1-a")
 	var l *coordinationv1.Lease
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		l, err = own.Get(ctx, name, metav1.GetOptions{})

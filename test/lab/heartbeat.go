@@ -11,7 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
 )
 
@@ -92,11 +92,11 @@ func (h *HeartbeatNode) Driver() *controlplane.Process { return h.driver }
 func (h *HeartbeatNode) WaitLease(t testing.TB, ctx context.Context, live bool) {
 	t.Helper()
 	if err := h.l.Cluster.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
-		l, err := h.l.Cluster.Client.CoordinationV1().Leases(PublisherNamespace).Get(ctx, limits.LeaseName(DriverName, h.Name), metav1.GetOptions{})
+		l, err := h.l.Cluster.Client.CoordinationV1().Leases(PublisherNamespace).Get(ctx, heartbeat.LeaseName(DriverName, h.Name), metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		lv, _, known := limits.LeaseLive(l, time.Now())
+		lv, _, known := heartbeat.LeaseLive(l, time.Now())
 		return known && lv == live, nil
 	}); err != nil {
 		t.Fatalf("heartbeat Lease of %s never live=%v: %v", h.Name, live, err)

@@ -21,7 +21,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 )
 
@@ -61,7 +61,7 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 	now := time.Now()
 	lease := func(node string, renewed time.Time) *coordinationv1.Lease {
 		return &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "csi", Name: limits.LeaseName(drv, node), Labels: map[string]string{limits.LeaseDriverLabel: drv}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "csi", Name: heartbeat.LeaseName(drv, node), Labels: map[string]string{heartbeat.LeaseDriverLabel: drv}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](4),
 				RenewTime: &metav1.MicroTime{Time: renewed}},
 		}

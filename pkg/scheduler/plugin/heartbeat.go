@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 )
 
@@ -146,7 +146,7 @@ func (p *Plugin) leaseChanged(obj any) {
 	if !ok {
 		return
 	}
-	if live, _, _ := limits.LeaseLive(lease, time.Now()); live {
+	if live, _, _ := heartbeat.LeaseLive(lease, time.Now()); live {
 		p.activate(lease)
 	}
 }
@@ -163,7 +163,7 @@ func (p *Plugin) leaseDeleted(obj any) {
 }
 
 func (p *Plugin) activate(lease *coordinationv1.Lease) {
-	if lease.Labels[limits.LeaseDriverLabel] != p.core.Driver() || lease.Spec.HolderIdentity == nil {
+	if lease.Labels[heartbeat.LeaseDriverLabel] != p.core.Driver() || lease.Spec.HolderIdentity == nil {
 		return
 	}
 	node := *lease.Spec.HolderIdentity

@@ -22,7 +22,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 )
 
 // handle is the part of the framework handle New uses, over a fake
@@ -56,7 +56,7 @@ func (h *handle) activatedPods() []string {
 
 func heartbeatLease(node string, renewed time.Time) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "csi", Name: limits.LeaseName(driver, node), Labels: map[string]string{limits.LeaseDriverLabel: driver}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "csi", Name: heartbeat.LeaseName(driver, node), Labels: map[string]string{heartbeat.LeaseDriverLabel: driver}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](4),
 			RenewTime: &metav1.MicroTime{Time: renewed}},
 	}

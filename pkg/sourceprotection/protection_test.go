@@ -1,7 +1,8 @@
-package provisioner
+package sourceprotection
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,14 +24,14 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 }
 
 func TestCloneProtection(t *testing.T) {
-	src, pv := boundSource("1Gi", testDriver, "z1", nil)
+	src := boundSource()
 	src.Finalizers = []string{"kubernetes.io/pvc-protection", FinalizerCloneSource} // left by an earlier process
-	pending := makePVC("clone-a", "zonal").cloneOf("src").PersistentVolumeClaim
-	bound := makePVC("clone-b", "zonal").cloneOf("src").PersistentVolumeClaim
+	pending := makePVC("clone-a").cloneOf("src").PersistentVolumeClaim
+	bound := makePVC("clone-b").cloneOf("src").PersistentVolumeClaim
 	bound.Spec.VolumeName = "pv-b"
-	unrelated := makePVC("other", "zonal").PersistentVolumeClaim
-	e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, objs: []runtime.Object{src, pv, pending, bound, unrelated}, sources: true})
-	key := sourceKey{kind: kindClaim, namespace: "apps", name: "src"}
+	unrelated := makePVC("other").PersistentVolumeClaim
+	e := newEnv(t, []runtime.Object{src, pending, bound, unrelated}, nil)
+	key := Key{Kind: kindClaim, Namespace: "apps", Name: "src"}
 	finalizers := func() []string {
 		c, err := e.client.CoreV1().PersistentVolumeClaims("apps").Get(e.ctx, "src", metav1.GetOptions{})
 		if err != nil {
@@ -42,7 +43,7 @@ func TestCloneProtection(t *testing.T) {
 	if err := e.protection.sync(e.ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if !hasString(finalizers(), FinalizerCloneSource) {
+	if !slices.Contains(finalizers(), FinalizerCloneSource) {
 		t.Fatal("finalizer removed while clone-a is in flight")
 	}
 
@@ -56,7 +57,7 @@ func TestCloneProtection(t *testing.T) {
 	if _, err := e.client.CoreV1().PersistentVolumeClaims("apps").Update(e.ctx, pending, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, e.ctx, "the cloning-protection finalizer to go", func() bool { return !hasString(finalizers(), FinalizerCloneSource) })
+	waitFor(t, e.ctx, "the cloning-protection finalizer to go", func() bool { return !slices.Contains(finalizers(), FinalizerCloneSource) })
 	if got := finalizers(); len(got) != 1 || got[0] != "kubernetes.io/pvc-protection" {
 		t.Errorf("finalizers = %v, want only kubernetes.io/pvc-protection", got)
 	}
@@ -67,7 +68,7 @@ func TestCloneProtection(t *testing.T) {
 	// write itself rather than read it back.
 	var added atomic.Bool
 	e.client.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if c, ok := a.(k8stesting.UpdateAction).GetObject().(*v1.PersistentVolumeClaim); ok && c.Name == "src" && hasString(c.Finalizers, FinalizerCloneSource) {
+		if c, ok := a.(k8stesting.UpdateAction).GetObject().(*v1.PersistentVolumeClaim); ok && c.Name == "src" && slices.Contains(c.Finalizers, FinalizerCloneSource) {
 			added.Store(true)
 		}
 		return false, nil, nil
@@ -80,14 +81,13 @@ func TestCloneProtection(t *testing.T) {
 	}
 	// No clone of src is pending (none was created for this Protect): the
 	// update event queues src and the controller removes it again.
-	waitFor(t, e.ctx, "the finalizer to go again", func() bool { return !hasString(finalizers(), FinalizerCloneSource) })
+	waitFor(t, e.ctx, "the finalizer to go again", func() bool { return !slices.Contains(finalizers(), FinalizerCloneSource) })
 }
 
 func TestSnapshotProtection(t *testing.T) {
-	snap, content := snapshotPair(true)
-	restore := makePVC("r", "zonal").restoreOf("snap").PersistentVolumeClaim
-	e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, objs: []runtime.Object{restore}, snapObjs: []runtime.Object{snap, content}, sources: true})
-	key := sourceKey{kind: kindSnapshot, namespace: "apps", name: "snap"}
+	restore := makePVC("r").restoreOf("snap").PersistentVolumeClaim
+	e := newEnv(t, []runtime.Object{restore}, []runtime.Object{readySnapshot()})
+	key := Key{Kind: kindSnapshot, Namespace: "apps", Name: "snap"}
 	finalizers := func() []string {
 		s, err := e.snap.SnapshotV1().VolumeSnapshots("apps").Get(e.ctx, "snap", metav1.GetOptions{})
 		if err != nil {
@@ -98,7 +98,7 @@ func TestSnapshotProtection(t *testing.T) {
 	if err := e.protection.Protect(e.ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if !hasString(finalizers(), FinalizerSnapshotSource) {
+	if !slices.Contains(finalizers(), FinalizerSnapshotSource) {
 		t.Fatal("Protect did not add the snapshot finalizer")
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
@@ -108,10 +108,10 @@ func TestSnapshotProtection(t *testing.T) {
 	// While the restore is pending the finalizer stays; once it is bound
 	// it goes.
 	waitFor(t, e.ctx, "the informer to see the finalizer", func() bool {
-		s, err := e.p.deps.Snapshots.VolumeSnapshots("apps").Get("snap")
-		return err == nil && hasString(s.Finalizers, FinalizerSnapshotSource)
+		s, err := e.snapshots.VolumeSnapshots("apps").Get("snap")
+		return err == nil && slices.Contains(s.Finalizers, FinalizerSnapshotSource)
 	})
-	if err := e.protection.sync(e.ctx, key); err != nil || !hasString(finalizers(), FinalizerSnapshotSource) {
+	if err := e.protection.sync(e.ctx, key); err != nil || !slices.Contains(finalizers(), FinalizerSnapshotSource) {
 		t.Fatalf("sync with the restore pending: %v, finalizers %v", err, finalizers())
 	}
 	restore.Spec.VolumeName = "pv-r"
@@ -119,5 +119,5 @@ func TestSnapshotProtection(t *testing.T) {
 	if _, err := e.client.CoreV1().PersistentVolumeClaims("apps").Update(e.ctx, restore, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, e.ctx, "the snapshot finalizer to go", func() bool { return !hasString(finalizers(), FinalizerSnapshotSource) })
+	waitFor(t, e.ctx, "the snapshot finalizer to go", func() bool { return !slices.Contains(finalizers(), FinalizerSnapshotSource) })
 }

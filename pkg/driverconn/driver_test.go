@@ -1,6 +1,7 @@
-package provisioner
+package driverconn
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,11 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+)
+
+const (
+	testDriver = driver.DefaultName
+	gi         = int64(1) << 30
 )
 
 func TestConnectDriver(t *testing.T) {
@@ -30,14 +36,10 @@ func TestConnectDriver(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			var endpoint string
-			startMock(t, ctx, func(c *driver.Config) {
-				endpoint = c.Endpoint
-				if tc.mutate != nil {
-					tc.mutate(c)
-				}
-			})
-			conn, info, err := ConnectDriver(ctx, endpoint, nil, time.Second)
+			mock := &mockProcess{t: t, socket: filepath.Join(shortDir(t), "csi.sock")}
+			mock.start(ctx, tc.mutate)
+			t.Cleanup(mock.stop)
+			conn, info, err := Connect(ctx, "unix://"+mock.socket, nil, time.Second)
 			if conn != nil {
 				defer conn.Close()
 			}

@@ -1,4 +1,4 @@
-package provisioner
+package driverconn
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// ErrDriverChanged is returned by DriverMonitor.Run when the driver came
+// ErrDriverChanged is returned by Monitor.Run when the driver came
 // back with another name or without a capability this process relies on:
 // what the process derived from them at start-up is stale, and only a
 // restart reads them afresh.
 var ErrDriverChanged = errors.New("the CSI driver came back changed")
 
-// DriverMonitorConfig configures a DriverMonitor.
-type DriverMonitorConfig struct {
+// MonitorConfig configures a Monitor.
+type MonitorConfig struct {
 	// Address of the driver's socket, for messages.
 	Address string
 	// Driver is what the driver reported at start-up.
@@ -39,7 +39,7 @@ type DriverMonitorConfig struct {
 	// often, with for how long. Default 30s.
 	LogInterval time.Duration
 	// OnReconnect, when set, is called each time the driver is back
-	// unchanged (Controller.RetryNow: retry what failed meanwhile at once).
+	// unchanged (provisioner.Controller.RetryNow: retry what failed meanwhile at once).
 	OnReconnect func(context.Context)
 	// Metrics, when set, receives the driver_connected gauge and the
 	// driver_connection_losses_total counter.
@@ -48,12 +48,12 @@ type DriverMonitorConfig struct {
 	Clock clock.WithTicker
 }
 
-func (c DriverMonitorConfig) withDefaults() DriverMonitorConfig {
+func (c MonitorConfig) withDefaults() MonitorConfig {
 	if c.Interval <= 0 {
 		c.Interval = time.Second
 	}
 	if c.CallTimeout <= 0 {
-		c.CallTimeout = defaultTimeout
+		c.CallTimeout = 10 * time.Second
 	}
 	if c.LogInterval <= 0 {
 		c.LogInterval = 30 * time.Second
@@ -64,15 +64,15 @@ func (c DriverMonitorConfig) withDefaults() DriverMonitorConfig {
 	return c
 }
 
-// DriverMonitor watches the connection to the CSI driver. When it drops,
+// Monitor watches the connection to the CSI driver. When it drops,
 // the monitor says so once, reconnects (CSI calls fail with UNAVAILABLE
 // meanwhile, and their claims are retried), says periodically for how long
 // the driver has been away, and once the driver answers again re-reads its
 // name and capabilities: unchanged, the driver is connected again;
 // changed, Run returns ErrDriverChanged. Status may be called concurrently
 // with Run; Run is called once.
-type DriverMonitor struct {
-	cfg     DriverMonitorConfig
+type Monitor struct {
+	cfg     MonitorConfig
 	conn    *grpc.ClientConn
 	metrics *driverMetrics
 
@@ -82,11 +82,11 @@ type DriverMonitor struct {
 	lastErr   error     // of the last reconnection attempt
 }
 
-// NewDriverMonitor returns a monitor of conn, a connection made by
-// ConnectDriver, which starts connected.
-func NewDriverMonitor(conn *grpc.ClientConn, cfg DriverMonitorConfig) *DriverMonitor {
+// NewMonitor returns a monitor of conn, a connection made by
+// Connect, which starts connected.
+func NewMonitor(conn *grpc.ClientConn, cfg MonitorConfig) *Monitor {
 	cfg = cfg.withDefaults()
-	m := &DriverMonitor{cfg: cfg, conn: conn, connected: true}
+	m := &Monitor{cfg: cfg, conn: conn, connected: true}
 	if cfg.Metrics != nil {
 		m.metrics = newDriverMetrics(cfg.Metrics)
 	}
@@ -96,7 +96,7 @@ func NewDriverMonitor(conn *grpc.ClientConn, cfg DriverMonitorConfig) *DriverMon
 
 // Status reports whether the driver is connected; when it is not, reason
 // says since when and why, for /readyz and /healthz.
-func (m *DriverMonitor) Status() (connected bool, reason string) {
+func (m *Monitor) Status() (connected bool, reason string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.connected {
@@ -110,7 +110,7 @@ func (m *DriverMonitor) Status() (connected bool, reason string) {
 	return false, reason
 }
 
-func (m *DriverMonitor) setConnected(connected bool, lastErr error) {
+func (m *Monitor) setConnected(connected bool, lastErr error) {
 	m.mu.Lock()
 	if m.connected && !connected {
 		m.since = m.cfg.Clock.Now()
@@ -121,8 +121,9 @@ func (m *DriverMonitor) setConnected(connected bool, lastErr error) {
 }
 
 // Run watches the connection until ctx is done (nil) or the driver came
-// back changed (an error wrapping ErrDriverChanged or ErrDriverUnusable).
-func (m *DriverMonitor) Run(ctx context.Context) error {
+// back changed (an error wrapping ErrDriverChanged) or unusable (an error
+// saying it cannot provision volumes).
+func (m *Monitor) Run(ctx context.Context) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "address", m.cfg.Address, "driver", m.cfg.Driver.Name)
 	ctx = klog.NewContext(ctx, logger)
 	for {
@@ -152,7 +153,7 @@ func (m *DriverMonitor) Run(ctx context.Context) error {
 }
 
 // downtime is how long ago the connection was lost.
-func (m *DriverMonitor) downtime() time.Duration {
+func (m *Monitor) downtime() time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.cfg.Clock.Since(m.since).Round(time.Millisecond)
@@ -162,7 +163,7 @@ func (m *DriverMonitor) downtime() time.Duration {
 // is done first. Any state but READY after the connection was ready means
 // the transport to the driver closed: the channel never idles (csi-lib-utils
 // disables the idle timeout).
-func (m *DriverMonitor) waitLost(ctx context.Context) bool {
+func (m *Monitor) waitLost(ctx context.Context) bool {
 	for {
 		s := m.conn.GetState()
 		if s != connectivity.Ready {
@@ -177,14 +178,14 @@ func (m *DriverMonitor) waitLost(ctx context.Context) bool {
 // reconnect tries every Interval until the driver answers Probe (ready) and
 // its name and capabilities can be read. An unusable driver ends it with an
 // error; ctx's end with ctx's error.
-func (m *DriverMonitor) reconnect(ctx context.Context) (DriverInfo, error) {
+func (m *Monitor) reconnect(ctx context.Context) (DriverInfo, error) {
 	logger := klog.FromContext(ctx)
 	ticker := m.cfg.Clock.NewTicker(m.cfg.Interval)
 	defer ticker.Stop()
 	lastLog := m.cfg.Clock.Now()
 	for {
 		info, err := m.attempt(ctx)
-		if err == nil || errors.Is(err, ErrDriverUnusable) {
+		if err == nil || errors.Is(err, errDriverUnusable) {
 			return info, err
 		}
 		m.setConnected(false, err)
@@ -202,7 +203,7 @@ func (m *DriverMonitor) reconnect(ctx context.Context) (DriverInfo, error) {
 
 // attempt reconnects once: Probe must report ready, then the driver's name
 // and capabilities are read.
-func (m *DriverMonitor) attempt(ctx context.Context) (DriverInfo, error) {
+func (m *Monitor) attempt(ctx context.Context) (DriverInfo, error) {
 	m.conn.Connect()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	defer cancel()

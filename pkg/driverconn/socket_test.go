@@ -1,4 +1,4 @@
-package provisioner
+package driverconn
 
 import (
 	"context"
@@ -38,8 +38,8 @@ func TestSocketPath(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := SocketPath(tc.address)
 			if tc.wantErr != "" {
-				if !errors.Is(err, ErrBadAddress) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("SocketPath(%q) error = %v, want ErrBadAddress with %q", tc.address, err, tc.wantErr)
+				if !errors.Is(err, errBadAddress) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("SocketPath(%q) error = %v, want errBadAddress with %q", tc.address, err, tc.wantErr)
 				}
 				if !strings.Contains(err.Error(), "unix:///run/csi/socket") {
 					t.Errorf("error %q does not say which form to use", err)
@@ -110,7 +110,7 @@ func TestSocketProblem(t *testing.T) {
 	}
 }
 
-// WaitForSocket says once that the socket is missing, says again after
+// waitForSocket says once that the socket is missing, says again after
 // LogInterval that it still waits, and returns once the driver listens.
 func TestWaitForSocket(t *testing.T) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
@@ -122,7 +122,7 @@ func TestWaitForSocket(t *testing.T) {
 	clock := testingclock.NewFakeClock(time.Now())
 	done := make(chan error, 1)
 	go func() {
-		done <- WaitForSocket(ctx, path, SocketWait{Interval: time.Second, LogInterval: 3 * time.Second, Clock: clock})
+		done <- waitForSocket(ctx, path, socketWait{Interval: time.Second, LogInterval: 3 * time.Second, Clock: clock})
 	}()
 	// Step the fake clock until the goroutine has waited long enough.
 	stepUntil := func(cond func() bool) error {
@@ -155,9 +155,9 @@ func TestWaitForSocket(t *testing.T) {
 		}
 	}
 	if err := stepUntil(returned); err != nil {
-		t.Fatalf("WaitForSocket did not return once the socket listened: %v", err)
+		t.Fatalf("waitForSocket did not return once the socket listened: %v", err)
 	}
 	if waitErr != nil {
-		t.Errorf("WaitForSocket = %v, want nil", waitErr)
+		t.Errorf("waitForSocket = %v, want nil", waitErr)
 	}
 }

@@ -1,4 +1,4 @@
-package limits
+package heartbeat
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,22 +21,29 @@ import (
 // Reasons a Heartbeat stops renewing, as logged and counted in
 // csi_node_publisher_lease_paused_total{reason}.
 const (
-	// PauseProbeFailed: Probe failed, e.g. the driver's socket is gone or
+	// pauseProbeFailed: Probe failed, e.g. the driver's socket is gone or
 	// nothing answers on it (a crashed or restarting driver).
-	PauseProbeFailed = "probe_failed"
-	// PauseNotReady: Probe answered ready=false.
-	PauseNotReady = "not_ready"
-	// PausePluginInfoFailed: the driver answered Probe but not
+	pauseProbeFailed = "probe_failed"
+	// pauseNotReady: Probe answered ready=false.
+	pauseNotReady = "not_ready"
+	// pausePluginInfoFailed: the driver answered Probe but not
 	// GetPluginInfo, which names the Lease.
-	PausePluginInfoFailed = "plugin_info_failed"
+	pausePluginInfoFailed = "plugin_info_failed"
 )
 
-// ErrDriverName is returned when the driver's name cannot be the value of
-// LeaseDriverLabel; the CSI spec rules such names out.
-var ErrDriverName = errors.New("driver name unusable as a label value")
+// DriverClient is the subset of the CSI Identity service the heartbeat
+// calls; safe for concurrent use.
+type DriverClient interface {
+	GetPluginInfo(ctx context.Context, in *csi.GetPluginInfoRequest, opts ...grpc.CallOption) (*csi.GetPluginInfoResponse, error)
+	Probe(ctx context.Context, in *csi.ProbeRequest, opts ...grpc.CallOption) (*csi.ProbeResponse, error)
+}
 
-// HeartbeatConfig configures a Heartbeat.
-type HeartbeatConfig struct {
+// errDriverName is returned when the driver's name cannot be the value of
+// LeaseDriverLabel; the CSI spec rules such names out.
+var errDriverName = errors.New("driver name unusable as a label value")
+
+// Config configures a Heartbeat.
+type Config struct {
 	// NodeName is the node the driver runs on: the Lease's holderIdentity
 	// and owner. Required.
 	NodeName string
@@ -65,7 +73,7 @@ type HeartbeatConfig struct {
 // docs/node-publisher.md.
 const DefaultLeaseDuration = 60 * time.Second
 
-func (c HeartbeatConfig) withDefaults() HeartbeatConfig {
+func (c Config) withDefaults() Config {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
@@ -84,9 +92,9 @@ func (c HeartbeatConfig) withDefaults() HeartbeatConfig {
 	return c
 }
 
-// Validate reports what NewHeartbeat would refuse in c (with defaults
+// Validate reports what New would refuse in c (with defaults
 // applied), so that a command can fail before connecting to the driver.
-func (c HeartbeatConfig) Validate() error {
+func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
 	case c.NodeName == "":
@@ -117,10 +125,10 @@ func (c HeartbeatConfig) Validate() error {
 // plus one Create when the Lease is missing. Run is not safe for
 // concurrent use; one Heartbeat per node and driver.
 type Heartbeat struct {
-	cfg     HeartbeatConfig
+	cfg     Config
 	client  kubernetes.Interface
 	driver  DriverClient
-	metrics *PublisherMetrics
+	metrics *Metrics
 
 	driverName string
 	name       string
@@ -131,8 +139,8 @@ type Heartbeat struct {
 	backoff    time.Duration
 }
 
-// NewHeartbeat returns a Heartbeat; metrics may be nil.
-func NewHeartbeat(cfg HeartbeatConfig, client kubernetes.Interface, driver DriverClient, metrics *PublisherMetrics) (*Heartbeat, error) {
+// New returns a Heartbeat; metrics may be nil.
+func New(cfg Config, client kubernetes.Interface, driver DriverClient, metrics *Metrics) (*Heartbeat, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -141,8 +149,8 @@ func NewHeartbeat(cfg HeartbeatConfig, client kubernetes.Interface, driver Drive
 }
 
 // Run beats until ctx is done. It returns an error only when the driver's
-// name cannot label the Lease (ErrDriverName); every other failure is
-// retried.
+// name cannot be the value of LeaseDriverLabel (the CSI spec rules such
+// names out); every other failure is retried.
 func (h *Heartbeat) Run(ctx context.Context) error {
 	for {
 		next, err := h.beat(ctx)
@@ -164,7 +172,7 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 func (h *Heartbeat) beat(ctx context.Context) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	reason, err := h.probe(ctx)
-	if errors.Is(err, ErrDriverName) {
+	if errors.Is(err, errDriverName) {
 		return 0, err
 	}
 	if reason != "" {
@@ -206,20 +214,20 @@ func (h *Heartbeat) probe(ctx context.Context) (string, error) {
 	defer cancel()
 	resp, err := h.driver.Probe(cctx, &csi.ProbeRequest{})
 	if err != nil {
-		return PauseProbeFailed, err
+		return pauseProbeFailed, err
 	}
 	if ready := resp.GetReady(); ready != nil && !ready.GetValue() {
-		return PauseNotReady, nil
+		return pauseNotReady, nil
 	}
 	if h.driverName != "" {
 		return "", nil
 	}
 	pi, err := h.driver.GetPluginInfo(cctx, &csi.GetPluginInfoRequest{})
 	if err != nil {
-		return PausePluginInfoFailed, err
+		return pausePluginInfoFailed, err
 	}
 	if errs := validation.IsValidLabelValue(pi.GetName()); pi.GetName() == "" || len(errs) > 0 {
-		return PausePluginInfoFailed, fmt.Errorf("%w: %q: %v", ErrDriverName, pi.GetName(), errs)
+		return pausePluginInfoFailed, fmt.Errorf("%w: %q: %v", errDriverName, pi.GetName(), errs)
 	}
 	h.driverName = pi.GetName()
 	h.name = LeaseName(h.driverName, h.cfg.NodeName)

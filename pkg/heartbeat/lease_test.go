@@ -1,4 +1,4 @@
-package limits
+package heartbeat
 
 import (
 	"context"
@@ -113,10 +113,20 @@ func TestLeaseLive(t *testing.T) {
 	}
 }
 
+// add puts objs into s.
+func add(t testing.TB, s cache.Store, objs ...any) {
+	t.Helper()
+	for _, o := range objs {
+		if err := s.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // leaseIndexer is a Lease store with the index AddLeaseIndexer adds.
 func leaseIndexer(t testing.TB, leases ...*coordinationv1.Lease) cache.Indexer {
 	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{LeasesByDriverNode: leasesByDriverNode})
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{indexLeasesByDriverNode: leasesByDriverNode})
 	for _, l := range leases {
 		add(t, idx, l)
 	}

@@ -1,4 +1,4 @@
-package limits
+package heartbeat
 
 import (
 	"fmt"
@@ -18,9 +18,9 @@ import (
 // 10 s on every node, never reach them.
 const LeaseDriverLabel = "csi-topology-provisioner.io/driver"
 
-// LeasesByDriverNode indexes heartbeat Leases by "<driver>/<node>": the
+// indexLeasesByDriverNode indexes heartbeat Leases by "<driver>/<node>": the
 // LeaseDriverLabel value and spec.holderIdentity (see AddLeaseIndexer).
-const LeasesByDriverNode = "limits/leases-by-driver-node"
+const indexLeasesByDriverNode = "heartbeat/leases-by-driver-node"
 
 // LeaseName returns the name of the heartbeat Lease of driver on node:
 // "<driver>-<node>-<hash>", where driver is lower-cased with every character
@@ -71,10 +71,10 @@ func LeaseListOptions(o *metav1.ListOptions) {
 	o.LabelSelector = LeaseDriverLabel
 }
 
-// AddLeaseIndexer adds the LeasesByDriverNode index that Liveness reads to
+// AddLeaseIndexer adds the indexLeasesByDriverNode index that Liveness reads to
 // a Lease informer. Call it before the informer starts.
 func AddLeaseIndexer(leases cache.SharedIndexInformer) error {
-	if err := leases.AddIndexers(cache.Indexers{LeasesByDriverNode: leasesByDriverNode}); err != nil {
+	if err := leases.AddIndexers(cache.Indexers{indexLeasesByDriverNode: leasesByDriverNode}); err != nil {
 		return fmt.Errorf("indexing leases: %w", err)
 	}
 	return nil
@@ -134,8 +134,8 @@ type Liveness struct {
 // LeaseListOptions); a store without the index is an error. The Leases may
 // be in any namespace the informer sees.
 func NewLiveness(leases cache.Indexer) (*Liveness, error) {
-	if _, ok := leases.GetIndexers()[LeasesByDriverNode]; !ok {
-		return nil, fmt.Errorf("the lease store lacks the %s index (AddLeaseIndexer)", LeasesByDriverNode)
+	if _, ok := leases.GetIndexers()[indexLeasesByDriverNode]; !ok {
+		return nil, fmt.Errorf("the lease store lacks the %s index (AddLeaseIndexer)", indexLeasesByDriverNode)
 	}
 	return &Liveness{leases: leases}, nil
 }
@@ -146,7 +146,7 @@ func NewLiveness(leases cache.Indexer) (*Liveness, error) {
 // Lease. When several namespaces hold a Lease for the pair, the most
 // recently renewed one counts.
 func (l *Liveness) Live(driver, node string, now time.Time) (live bool, silentFor time.Duration, known bool) {
-	objs, err := l.leases.ByIndex(LeasesByDriverNode, driverNodeKey(driver, node))
+	objs, err := l.leases.ByIndex(indexLeasesByDriverNode, driverNodeKey(driver, node))
 	if err != nil || len(objs) == 0 {
 		return true, 0, false
 	}

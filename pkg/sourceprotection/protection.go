@@ -1,4 +1,4 @@
-package provisioner
+package sourceprotection
 
 import (
 	"context"
@@ -25,30 +25,85 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
 )
 
+// Names shared with upstream external-provisioner v6.3.0, so that a fleet
+// that mixes both agrees on them.
+const (
+	// FinalizerCloneSource is on a claim while clones of it are being
+	// provisioned.
+	FinalizerCloneSource = "provisioner.storage.kubernetes.io/cloning-protection"
+	// FinalizerSnapshotSource is on a VolumeSnapshot while volumes are being
+	// restored from it. It is the provisioner's own: the snapshot
+	// controller's snapshot.storage.kubernetes.io/volumesnapshot-as-source-protection
+	// belongs to that controller, which adds and removes it by itself.
+	FinalizerSnapshotSource = "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection"
+)
+
+// The data source kinds protected here.
+const (
+	kindClaim    = "PersistentVolumeClaim"
+	kindSnapshot = "VolumeSnapshot"
+	// snapshotGroup is the API group of VolumeSnapshot.
+	snapshotGroup = snapv1.GroupName
+)
+
 // indexDataSource indexes claims by the data source they are made from
-// (sourceKey.String()), so that "is a clone of X in flight" costs the
+// (Key.String()), so that "is a clone of X in flight" costs the
 // number of claims made from X, not the number of claims in the cluster.
 const indexDataSource = "csi-topology-provisioner/dataSource"
 
-// sourceKey identifies a data source: a claim or a VolumeSnapshot.
-type sourceKey struct {
-	kind, namespace, name string
+// Key identifies a data source: a claim (Kind PersistentVolumeClaim) or a
+// VolumeSnapshot (Kind VolumeSnapshot) in Namespace.
+type Key struct {
+	Kind, Namespace, Name string
 }
 
 // String is the key's index value: kind/namespace/name.
-func (k sourceKey) String() string { return k.kind + "/" + k.namespace + "/" + k.name }
+func (k Key) String() string { return k.Kind + "/" + k.Namespace + "/" + k.Name }
+
+// Ref is a claim's data source reference, normalized from spec.dataSource
+// and spec.dataSourceRef.
+type Ref struct {
+	Group, Kind, Name string
+	// Namespace is set only by a cross-namespace dataSourceRef.
+	Namespace string
+}
+
+// ClaimRef returns the claim's data source reference, or nil. The API
+// server keeps dataSource and dataSourceRef in step for the kinds both can
+// hold; dataSourceRef alone names populators and other namespaces. It is
+// the one reading of a claim's source: the provisioner resolves it, and
+// the protection index files the claim under it.
+func ClaimRef(claim *v1.PersistentVolumeClaim) *Ref {
+	if r := claim.Spec.DataSourceRef; r != nil && r.Namespace != nil && *r.Namespace != "" && *r.Namespace != claim.Namespace {
+		return &Ref{Group: deref(r.APIGroup), Kind: r.Kind, Name: r.Name, Namespace: *r.Namespace}
+	}
+	if r := claim.Spec.DataSource; r != nil {
+		return &Ref{Group: deref(r.APIGroup), Kind: r.Kind, Name: r.Name}
+	}
+	if r := claim.Spec.DataSourceRef; r != nil {
+		return &Ref{Group: deref(r.APIGroup), Kind: r.Kind, Name: r.Name}
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
 
 // claimSourceKey is the source a claim is made from, when the provisioner
 // serves it (a claim or a VolumeSnapshot of the claim's namespace).
-func claimSourceKey(claim *v1.PersistentVolumeClaim) (sourceKey, bool) {
-	ref := claimSourceRef(claim)
+func claimSourceKey(claim *v1.PersistentVolumeClaim) (Key, bool) {
+	ref := ClaimRef(claim)
 	switch {
-	case ref == nil || ref.namespace != "" || ref.name == "":
-		return sourceKey{}, false
-	case ref.group == "" && ref.kind == kindClaim, ref.group == snapshotGroup && ref.kind == kindSnapshot:
-		return sourceKey{kind: ref.kind, namespace: claim.Namespace, name: ref.name}, true
+	case ref == nil || ref.Namespace != "" || ref.Name == "":
+		return Key{}, false
+	case ref.Group == "" && ref.Kind == kindClaim, ref.Group == snapshotGroup && ref.Kind == kindSnapshot:
+		return Key{Kind: ref.Kind, Namespace: claim.Namespace, Name: ref.Name}, true
 	}
-	return sourceKey{}, false
+	return Key{}, false
 }
 
 // claimsBySource is the claim informer's index function for indexDataSource.
@@ -63,9 +118,9 @@ func claimsBySource(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// SourceProtectionConfig configures a SourceProtection.
-type SourceProtectionConfig struct {
-	// Claims is the shared claim informer; NewSourceProtection adds its
+// Config configures a Controller.
+type Config struct {
+	// Claims is the shared claim informer; New adds its
 	// index and handlers, so it must not have been started yet.
 	Claims cache.SharedIndexInformer
 	// ClaimLister reads claims from Claims.
@@ -86,7 +141,7 @@ type SourceProtectionConfig struct {
 	Workers int
 }
 
-// SourceProtection keeps a finalizer on every data source while a claim
+// Controller keeps a finalizer on every data source while a claim
 // made from it has no volume yet (FinalizerCloneSource on a source claim,
 // FinalizerSnapshotSource on a VolumeSnapshot), so that the source cannot
 // go away while the driver copies it, and removes the finalizer once no
@@ -95,9 +150,9 @@ type SourceProtectionConfig struct {
 // removes it, driven by claim and snapshot events, so it also clears
 // finalizers left by a restart. Only its Run removes; Protect is safe for
 // concurrent use with Run.
-type SourceProtection struct {
-	cfg   SourceProtectionConfig
-	queue workqueue.TypedRateLimitingInterface[sourceKey]
+type Controller struct {
+	cfg   Config
+	queue workqueue.TypedRateLimitingInterface[Key]
 
 	// stripes serialize Protect and the removal of one source's finalizer:
 	// a removal decided before a new clone appeared cannot hide it.
@@ -106,19 +161,19 @@ type SourceProtection struct {
 	// released holds the sources whose finalizer this process removed and
 	// whose removal the informer has not shown yet: Protect must write
 	// even though its (stale) cache shows the finalizer.
-	released map[sourceKey]bool
+	released map[Key]bool
 }
 
-// NewSourceProtection registers the claim index and the event handlers.
-func NewSourceProtection(cfg SourceProtectionConfig) (*SourceProtection, error) {
+// New registers the claim index and the event handlers.
+func New(cfg Config) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
 	}
-	s := &SourceProtection{
+	s := &Controller{
 		cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[sourceKey](),
-			workqueue.TypedRateLimitingQueueConfig[sourceKey]{Name: "source-protection"}),
-		released: map[sourceKey]bool{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[Key](),
+			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "source-protection"}),
+		released: map[Key]bool{},
 	}
 	if err := cfg.Claims.AddIndexers(cache.Indexers{indexDataSource: claimsBySource}); err != nil {
 		return nil, fmt.Errorf("indexing claims by data source: %w", err)
@@ -143,7 +198,7 @@ func NewSourceProtection(cfg SourceProtectionConfig) (*SourceProtection, error) 
 
 // claimChanged queues the source a claim is made from, and the claim
 // itself when it carries the cloning-protection finalizer.
-func (s *SourceProtection) claimChanged(obj any) {
+func (s *Controller) claimChanged(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -154,8 +209,8 @@ func (s *SourceProtection) claimChanged(obj any) {
 	if key, ok := claimSourceKey(claim); ok {
 		s.queue.Add(key)
 	}
-	self := sourceKey{kind: kindClaim, namespace: claim.Namespace, name: claim.Name}
-	if hasString(claim.Finalizers, FinalizerCloneSource) {
+	self := Key{Kind: kindClaim, Namespace: claim.Namespace, Name: claim.Name}
+	if slices.Contains(claim.Finalizers, FinalizerCloneSource) {
 		s.queue.Add(self)
 	} else {
 		s.seenWithout(self)
@@ -164,26 +219,26 @@ func (s *SourceProtection) claimChanged(obj any) {
 
 // seenWithout forgets that this process released a source, once the
 // informer shows it without the finalizer.
-func (s *SourceProtection) seenWithout(key sourceKey) {
+func (s *Controller) seenWithout(key Key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.released, key)
 }
 
-func (s *SourceProtection) snapshotChanged(obj any) {
+func (s *Controller) snapshotChanged(obj any) {
 	snap, ok := obj.(*snapv1.VolumeSnapshot)
 	if !ok {
 		return
 	}
-	key := sourceKey{kind: kindSnapshot, namespace: snap.Namespace, name: snap.Name}
-	if hasString(snap.Finalizers, FinalizerSnapshotSource) {
+	key := Key{Kind: kindSnapshot, Namespace: snap.Namespace, Name: snap.Name}
+	if slices.Contains(snap.Finalizers, FinalizerSnapshotSource) {
 		s.queue.Add(key)
 	} else {
 		s.seenWithout(key)
 	}
 }
 
-func (s *SourceProtection) lock(key sourceKey) func() {
+func (s *Controller) lock(key Key) func() {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key.String()))
 	m := &s.stripes[h.Sum32()%uint32(len(s.stripes))]
@@ -194,7 +249,7 @@ func (s *SourceProtection) lock(key sourceKey) func() {
 // inFlight reports whether a claim made from the source has no volume yet
 // and is not being deleted. Its cost is the number of claims made from the
 // source (an index lookup), whatever the number of claims in the cluster.
-func (s *SourceProtection) inFlight(key sourceKey) (bool, error) {
+func (s *Controller) inFlight(key Key) (bool, error) {
 	objs, err := s.cfg.Claims.GetIndexer().ByIndex(indexDataSource, key.String())
 	if err != nil {
 		return false, err
@@ -209,13 +264,13 @@ func (s *SourceProtection) inFlight(key sourceKey) (bool, error) {
 
 // Protect puts the source's finalizer on it (one API write, none when the
 // informer shows it there already). Call it before CreateVolume.
-func (s *SourceProtection) Protect(ctx context.Context, key sourceKey) error {
+func (s *Controller) Protect(ctx context.Context, key Key) error {
 	defer s.lock(key)()
 	s.mu.Lock()
 	released := s.released[key]
 	s.mu.Unlock()
 	var err error
-	switch key.kind {
+	switch key.Kind {
 	case kindClaim:
 		err = s.protectClaim(ctx, key, released)
 	case kindSnapshot:
@@ -229,16 +284,16 @@ func (s *SourceProtection) Protect(ctx context.Context, key sourceKey) error {
 	return err
 }
 
-func (s *SourceProtection) protectClaim(ctx context.Context, key sourceKey, released bool) error {
-	claim, err := s.cfg.ClaimLister.PersistentVolumeClaims(key.namespace).Get(key.name)
+func (s *Controller) protectClaim(ctx context.Context, key Key, released bool) error {
+	claim, err := s.cfg.ClaimLister.PersistentVolumeClaims(key.Namespace).Get(key.Name)
 	if err != nil {
 		return fmt.Errorf("protecting source claim %s: %w", key, err)
 	}
-	if hasString(claim.Finalizers, FinalizerCloneSource) && !released {
+	if slices.Contains(claim.Finalizers, FinalizerCloneSource) && !released {
 		return nil
 	}
 	c := claim.DeepCopy()
-	if !hasString(c.Finalizers, FinalizerCloneSource) {
+	if !slices.Contains(c.Finalizers, FinalizerCloneSource) {
 		c.Finalizers = append(c.Finalizers, FinalizerCloneSource)
 	}
 	if _, err := s.cfg.ClaimClient.PersistentVolumeClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
@@ -248,19 +303,19 @@ func (s *SourceProtection) protectClaim(ctx context.Context, key sourceKey, rele
 	return nil
 }
 
-func (s *SourceProtection) protectSnapshot(ctx context.Context, key sourceKey, released bool) error {
+func (s *Controller) protectSnapshot(ctx context.Context, key Key, released bool) error {
 	if s.cfg.SnapshotLister == nil {
 		return fmt.Errorf("protecting %s: the VolumeSnapshot API is not served", key)
 	}
-	snap, err := s.cfg.SnapshotLister.VolumeSnapshots(key.namespace).Get(key.name)
+	snap, err := s.cfg.SnapshotLister.VolumeSnapshots(key.Namespace).Get(key.Name)
 	if err != nil {
 		return fmt.Errorf("protecting snapshot %s: %w", key, err)
 	}
-	if hasString(snap.Finalizers, FinalizerSnapshotSource) && !released {
+	if slices.Contains(snap.Finalizers, FinalizerSnapshotSource) && !released {
 		return nil
 	}
 	c := snap.DeepCopy()
-	if !hasString(c.Finalizers, FinalizerSnapshotSource) {
+	if !slices.Contains(c.Finalizers, FinalizerSnapshotSource) {
 		c.Finalizers = append(c.Finalizers, FinalizerSnapshotSource)
 	}
 	_, err = s.cfg.SnapshotClient.VolumeSnapshots(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
@@ -280,7 +335,7 @@ func (s *SourceProtection) protectSnapshot(ctx context.Context, key sourceKey, r
 
 // Run removes finalizers until ctx is done; wait for the informers' caches
 // first.
-func (s *SourceProtection) Run(ctx context.Context) {
+func (s *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	go func() {
 		<-ctx.Done()
@@ -298,7 +353,7 @@ func (s *SourceProtection) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (s *SourceProtection) processNext(ctx context.Context) bool {
+func (s *Controller) processNext(ctx context.Context) bool {
 	key, shutdown := s.queue.Get()
 	if shutdown {
 		return false
@@ -315,27 +370,27 @@ func (s *SourceProtection) processNext(ctx context.Context) bool {
 
 // sync removes the source's finalizer when no claim made from it is in
 // flight.
-func (s *SourceProtection) sync(ctx context.Context, key sourceKey) error {
+func (s *Controller) sync(ctx context.Context, key Key) error {
 	defer s.lock(key)()
 	var (
 		obj       metav1.Object
 		finalizer string
 		err       error
 	)
-	switch key.kind {
+	switch key.Kind {
 	case kindClaim:
 		finalizer = FinalizerCloneSource
-		obj, err = s.cfg.ClaimLister.PersistentVolumeClaims(key.namespace).Get(key.name)
+		obj, err = s.cfg.ClaimLister.PersistentVolumeClaims(key.Namespace).Get(key.Name)
 	case kindSnapshot:
 		if s.cfg.SnapshotLister == nil || (s.cfg.SnapshotAPI != nil && !s.cfg.SnapshotAPI.Ready()) {
 			return nil
 		}
 		finalizer = FinalizerSnapshotSource
-		obj, err = s.cfg.SnapshotLister.VolumeSnapshots(key.namespace).Get(key.name)
+		obj, err = s.cfg.SnapshotLister.VolumeSnapshots(key.Namespace).Get(key.Name)
 	default:
 		return nil
 	}
-	if apierrors.IsNotFound(err) || (err == nil && !hasString(obj.GetFinalizers(), finalizer)) {
+	if apierrors.IsNotFound(err) || (err == nil && !slices.Contains(obj.GetFinalizers(), finalizer)) {
 		s.seenWithout(key)
 		return nil
 	}
@@ -355,7 +410,7 @@ func (s *SourceProtection) sync(ctx context.Context, key sourceKey) error {
 	return nil
 }
 
-func (s *SourceProtection) removeFinalizer(ctx context.Context, key sourceKey, obj metav1.Object, finalizer string) error {
+func (s *Controller) removeFinalizer(ctx context.Context, key Key, obj metav1.Object, finalizer string) error {
 	var err error
 	switch o := obj.(type) {
 	case *v1.PersistentVolumeClaim:

@@ -1,4 +1,4 @@
-package provisioner
+package driverconn
 
 import (
 	"context"
@@ -85,7 +85,7 @@ func TestDriverMonitor(t *testing.T) {
 		{name: "same driver back"},
 		{name: "renamed driver", back: func(c *driver.Config) { c.Name = "other.csi.example.com" }, wantErr: ErrDriverChanged},
 		{name: "driver without topology", back: func(c *driver.Config) { c.DisableTopology = true }, wantErr: ErrDriverChanged},
-		{name: "node-only driver", back: func(c *driver.Config) { c.Mode = driver.ModeNode; c.NodeID = "n1" }, wantErr: ErrDriverUnusable},
+		{name: "node-only driver", back: func(c *driver.Config) { c.Mode = driver.ModeNode; c.NodeID = "n1" }, wantErr: errDriverUnusable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,13 +94,13 @@ func TestDriverMonitor(t *testing.T) {
 			defer cancel()
 			mock := &mockProcess{t: t, socket: filepath.Join(shortDir(t), "csi.sock")}
 			mock.start(ctx, nil)
-			conn, info, err := ConnectDriver(ctx, mock.socket, nil, time.Second)
+			conn, info, err := Connect(ctx, mock.socket, nil, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer conn.Close()
 			reconnected := make(chan struct{}, 1)
-			mon := NewDriverMonitor(conn, DriverMonitorConfig{Address: mock.socket, Driver: info, Interval: 10 * time.Millisecond,
+			mon := NewMonitor(conn, MonitorConfig{Address: mock.socket, Driver: info, Interval: 10 * time.Millisecond,
 				Metrics: metrics.NewKubeRegistry(), OnReconnect: func(context.Context) { reconnected <- struct{}{} }})
 			runErr := make(chan error, 1)
 			go func() { runErr <- mon.Run(ctx) }()
@@ -141,7 +141,7 @@ func TestDriverMonitor(t *testing.T) {
 	}
 }
 
-func assertGauge(t *testing.T, m *DriverMonitor, connected, losses float64) {
+func assertGauge(t *testing.T, m *Monitor, connected, losses float64) {
 	t.Helper()
 	if got, err := testutil.GetGaugeMetricValue(m.metrics.connected); err != nil || got != connected {
 		t.Errorf("driver_connected = %v (%v), want %v", got, err, connected)

@@ -1,4 +1,4 @@
-package provisioner
+package driverconn
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// ErrBadAddress is returned by SocketPath for an address csi-provisioner
+// errBadAddress is returned by SocketPath for an address csi-provisioner
 // does not dial.
-var ErrBadAddress = errors.New("unsupported CSI address")
+var errBadAddress = errors.New("unsupported CSI address")
 
 const unixScheme = "unix://"
 
@@ -33,32 +33,32 @@ func SocketPath(address string) (string, error) {
 	const want = "give the driver's unix socket as an absolute path (/run/csi/socket) or a unix URL (unix:///run/csi/socket)"
 	switch {
 	case address == "":
-		return "", fmt.Errorf("%w: the address is empty; %s", ErrBadAddress, want)
+		return "", fmt.Errorf("%w: the address is empty; %s", errBadAddress, want)
 	case strings.HasPrefix(address, "/"):
 		return filepath.Clean(address), nil
 	case strings.HasPrefix(address, unixScheme):
 		path := strings.TrimPrefix(address, unixScheme)
 		if !strings.HasPrefix(path, "/") {
 			return "", fmt.Errorf("%w: %q has a relative path (a unix URL has three slashes before an absolute path); %s",
-				ErrBadAddress, address, want)
+				errBadAddress, address, want)
 		}
 		return filepath.Clean(path), nil
 	case strings.HasPrefix(address, "unix:"):
-		return "", fmt.Errorf("%w: %q is not a unix URL with an absolute path; %s", ErrBadAddress, address, want)
+		return "", fmt.Errorf("%w: %q is not a unix URL with an absolute path; %s", errBadAddress, address, want)
 	}
 	if scheme, _, ok := strings.Cut(address, "://"); ok {
 		return "", fmt.Errorf("%w: %q: scheme %q is not supported, CSI drivers serve a local unix socket only; %s",
-			ErrBadAddress, address, scheme+"://", want)
+			errBadAddress, address, scheme+"://", want)
 	}
 	if _, _, err := net.SplitHostPort(address); err == nil {
 		return "", fmt.Errorf("%w: %q looks like a TCP host:port, CSI drivers serve a local unix socket only; %s",
-			ErrBadAddress, address, want)
+			errBadAddress, address, want)
 	}
-	return "", fmt.Errorf("%w: %q is a relative path; %s", ErrBadAddress, address, want)
+	return "", fmt.Errorf("%w: %q is a relative path; %s", errBadAddress, address, want)
 }
 
-// SocketWait configures WaitForSocket.
-type SocketWait struct {
+// socketWait configures waitForSocket.
+type socketWait struct {
 	// Interval between two attempts to dial the socket. Default 1s.
 	Interval time.Duration
 	// LogInterval: while the socket keeps failing for the same reason, that
@@ -69,7 +69,7 @@ type SocketWait struct {
 	Clock clock.WithTicker
 }
 
-func (w SocketWait) withDefaults() SocketWait {
+func (w socketWait) withDefaults() socketWait {
 	if w.Interval <= 0 {
 		w.Interval = time.Second
 	}
@@ -82,12 +82,12 @@ func (w SocketWait) withDefaults() SocketWait {
 	return w
 }
 
-// WaitForSocket returns once something accepts connections on the unix
+// waitForSocket returns once something accepts connections on the unix
 // socket at path, or with ctx's error. While it waits it says why, once per
 // reason (the socket file does not exist yet, nothing listens on it, ...),
 // and again every LogInterval with how long it has waited: a sidecar
 // usually starts before its driver has created the socket.
-func WaitForSocket(ctx context.Context, path string, w SocketWait) error {
+func waitForSocket(ctx context.Context, path string, w socketWait) error {
 	logger := klog.FromContext(ctx)
 	w = w.withDefaults()
 	start := w.Clock.Now()

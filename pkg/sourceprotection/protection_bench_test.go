@@ -1,4 +1,4 @@
-package provisioner
+package sourceprotection
 
 import (
 	"fmt"
@@ -23,12 +23,12 @@ func BenchmarkCloneProtection(b *testing.B) {
 		inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.PersistentVolumeClaim{}, 0,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		lister := corelisters.NewPersistentVolumeClaimLister(inf.GetIndexer())
-		s, err := NewSourceProtection(SourceProtectionConfig{Claims: inf, ClaimLister: lister})
+		s, err := New(Config{Claims: inf, ClaimLister: lister})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for i := range n {
-			c := makePVC(fmt.Sprintf("claim-%d", i), "zonal")
+			c := makePVC(fmt.Sprintf("claim-%d", i))
 			c.UID = types.UID(fmt.Sprintf("uid-%d", i))
 			c.Spec.VolumeName = "pv-" + c.Name
 			if i%100 == 1 {
@@ -38,8 +38,8 @@ func BenchmarkCloneProtection(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		clone := makePVC("clone", "zonal").cloneOf("claim-0").PersistentVolumeClaim
-		key := sourceKey{kind: kindClaim, namespace: "apps", name: "claim-0"}
+		clone := makePVC("clone").cloneOf("claim-0").PersistentVolumeClaim
+		key := Key{Kind: kindClaim, Namespace: "apps", Name: "claim-0"}
 		b.Run(fmt.Sprintf("index/pvcs=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				if err := inf.GetIndexer().Update(clone); err != nil {
@@ -56,7 +56,7 @@ func BenchmarkCloneProtection(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("namespace list/pvcs=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				claims, err := lister.PersistentVolumeClaims(key.namespace).List(labels.Everything())
+				claims, err := lister.PersistentVolumeClaims(key.Namespace).List(labels.Everything())
 				if err != nil {
 					b.Fatal(err)
 				}

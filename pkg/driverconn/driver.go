@@ -1,4 +1,4 @@
-package provisioner
+package driverconn
 
 import (
 	"context"
@@ -34,25 +34,25 @@ type DriverInfo struct {
 	SupportsAttach bool
 }
 
-// ErrDriverUnusable marks a driver the provisioner cannot work with: no
+// errDriverUnusable marks a driver the provisioner cannot work with: no
 // controller service, or no CREATE_DELETE_VOLUME capability.
-var ErrDriverUnusable = errors.New("CSI driver cannot provision volumes")
+var errDriverUnusable = errors.New("CSI driver cannot provision volumes")
 
-// ConnectDriver waits until the driver's socket accepts connections (see
-// WaitForSocket; address is checked with SocketPath), connects, waits until
-// its Probe reports ready, and reads its name and capabilities. It fails
-// with ErrDriverUnusable when the driver has no controller service or lacks
-// CREATE_DELETE_VOLUME, because the provisioner could not do anything with
-// it. The connection is returned even when reading the driver fails after
+// Connect waits until the driver's socket accepts connections, saying
+// while it waits why it cannot connect yet (address is checked with
+// SocketPath), connects, waits until its Probe reports ready, and reads its
+// name and capabilities. It fails when the driver has no controller service
+// or lacks CREATE_DELETE_VOLUME, because the provisioner could not do
+// anything with it. The connection is returned even when reading the driver fails after
 // connecting, so the caller can close it. opts are passed to
 // connection.Connect.
-func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration, opts ...connection.Option) (*grpc.ClientConn, DriverInfo, error) {
+func Connect(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration, opts ...connection.Option) (*grpc.ClientConn, DriverInfo, error) {
 	logger := klog.FromContext(ctx)
 	path, err := SocketPath(address)
 	if err != nil {
 		return nil, DriverInfo{}, err
 	}
-	if err := WaitForSocket(ctx, path, SocketWait{}); err != nil {
+	if err := waitForSocket(ctx, path, socketWait{}); err != nil {
 		return nil, DriverInfo{}, fmt.Errorf("waiting for the CSI driver socket %s: %w", path, err)
 	}
 	conn, err := connection.Connect(ctx, unixScheme+path, mm, opts...)
@@ -75,7 +75,7 @@ func ConnectDriver(ctx context.Context, address string, mm metrics.CSIMetricsMan
 }
 
 // queryDriver reads the driver's name and capabilities. Errors wrap
-// ErrDriverUnusable when the driver answered but cannot provision.
+// errDriverUnusable when the driver answered but cannot provision.
 func queryDriver(ctx context.Context, conn *grpc.ClientConn) (DriverInfo, error) {
 	name, err := rpc.GetDriverName(ctx, conn)
 	if err != nil {
@@ -86,14 +86,14 @@ func queryDriver(ctx context.Context, conn *grpc.ClientConn) (DriverInfo, error)
 		return DriverInfo{}, fmt.Errorf("reading plugin capabilities of %q: %w", name, err)
 	}
 	if !pluginCaps[csi.PluginCapability_Service_CONTROLLER_SERVICE] {
-		return DriverInfo{}, fmt.Errorf("%w: CSI driver %q has no controller service", ErrDriverUnusable, name)
+		return DriverInfo{}, fmt.Errorf("%w: CSI driver %q has no controller service", errDriverUnusable, name)
 	}
 	ctrlCaps, err := rpc.GetControllerCapabilities(ctx, conn)
 	if err != nil {
 		return DriverInfo{}, fmt.Errorf("reading controller capabilities of %q: %w", name, err)
 	}
 	if !ctrlCaps[csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
-		return DriverInfo{}, fmt.Errorf("%w: CSI driver %q lacks the CREATE_DELETE_VOLUME capability", ErrDriverUnusable, name)
+		return DriverInfo{}, fmt.Errorf("%w: CSI driver %q lacks the CREATE_DELETE_VOLUME capability", errDriverUnusable, name)
 	}
 	return DriverInfo{
 		Name:                          name,

@@ -1,4 +1,4 @@
-package limits
+package heartbeat
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,9 +28,14 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 )
 
-const leaseNS = "csi-topology"
+const (
+	leaseNS    = "csi-topology"
+	testDriver = driver.DefaultName
+)
 
 // probedDriver answers Probe as told: an error, ready=false, or ready.
 // Safe for concurrent use.
@@ -66,6 +72,11 @@ func (d *probedDriver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest,
 	return &csi.GetPluginInfoResponse{Name: d.name, VendorVersion: "1"}, nil
 }
 
+// node is the Node the heartbeat's Lease belongs to.
+func node(labels map[string]string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1", Labels: labels}}
+}
+
 // leaseWrites counts the Lease creates and updates client received.
 func leaseWrites(client *fake.Clientset) int {
 	n := 0
@@ -99,8 +110,8 @@ func TestHeartbeat(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0)
 	drv := &probedDriver{name: testDriver}
 	reg := metrics.NewKubeRegistry()
-	m := NewPublisherMetrics(reg)
-	hb, err := NewHeartbeat(HeartbeatConfig{NodeName: "n1", Namespace: leaseNS, LeaseDuration: 40 * time.Second,
+	m := NewMetrics(reg)
+	hb, err := New(Config{NodeName: "n1", Namespace: leaseNS, LeaseDuration: 40 * time.Second,
 		RenewInterval: 10 * time.Second, Clock: clk}, client, drv, m)
 	if err != nil {
 		t.Fatal(err)
@@ -131,17 +142,17 @@ func TestHeartbeat(t *testing.T) {
 			wantWrites: 3, wantRenew: t0.Add(20 * time.Second), wantLive: true, wantAcq: t0, renewing: 1},
 		{name: "Probe fails: no renewal, probed every second", probeErr: probeErr, advance: 10 * time.Second, beats: 25,
 			wantNext: time.Second, wantWrites: 3, wantRenew: t0.Add(20 * time.Second), wantLive: true, wantAcq: t0,
-			wantPaused: map[string]float64{PauseProbeFailed: 1}},
+			wantPaused: map[string]float64{pauseProbeFailed: 1}},
 		{name: "lease expires while Probe fails", probeErr: probeErr, advance: 30 * time.Second, beats: 1,
 			wantNext: time.Second, wantWrites: 3, wantRenew: t0.Add(20 * time.Second), wantAcq: t0,
-			wantPaused: map[string]float64{PauseProbeFailed: 1}},
+			wantPaused: map[string]float64{pauseProbeFailed: 1}},
 		{name: "ready=false: still no renewal, new reason", ready: notReady, advance: time.Second, beats: 3,
 			wantNext: time.Second, wantWrites: 3, wantRenew: t0.Add(20 * time.Second), wantAcq: t0,
-			wantPaused: map[string]float64{PauseProbeFailed: 1, PauseNotReady: 1}},
+			wantPaused: map[string]float64{pauseProbeFailed: 1, pauseNotReady: 1}},
 		{name: "driver back: renewed at once, acquired anew", ready: ptr.To(true), advance: time.Second, beats: 1,
 			wantNext: 10 * time.Second, wantWrites: 4, wantRenew: t0.Add(88 * time.Second),
 			wantLive: true, wantAcq: t0.Add(88 * time.Second), wantTrans: 1,
-			wantPaused: map[string]float64{PauseProbeFailed: 1, PauseNotReady: 1}, renewing: 1},
+			wantPaused: map[string]float64{pauseProbeFailed: 1, pauseNotReady: 1}, renewing: 1},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -171,11 +182,11 @@ func TestHeartbeat(t *testing.T) {
 			if live, _, known := LeaseLive(l, clk.Now()); live != s.wantLive || !known {
 				t.Errorf("LeaseLive at %s = %v, %v; want %v", clk.Now().Sub(t0), live, known, s.wantLive)
 			}
-			if got, _ := testutil.GetGaugeMetricValue(m.leaseRenewing); got != s.renewing {
+			if got, _ := testutil.GetGaugeMetricValue(m.renewing); got != s.renewing {
 				t.Errorf("lease_renewing = %v, want %v", got, s.renewing)
 			}
-			for _, reason := range []string{PauseProbeFailed, PauseNotReady, PausePluginInfoFailed} {
-				got, _ := testutil.GetCounterMetricValue(m.leasePauses.WithLabelValues(reason))
+			for _, reason := range []string{pauseProbeFailed, pauseNotReady, pausePluginInfoFailed} {
+				got, _ := testutil.GetCounterMetricValue(m.pauses.WithLabelValues(reason))
 				if got != s.wantPaused[reason] {
 					t.Errorf("lease_paused_total{reason=%s} = %v, want %v", reason, got, s.wantPaused[reason])
 				}
@@ -200,8 +211,8 @@ func TestHeartbeatAPIErrors(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset(node(nil))
 	clk := testingclock.NewFakeClock(t0)
-	m := NewPublisherMetrics(metrics.NewKubeRegistry())
-	hb, err := NewHeartbeat(HeartbeatConfig{NodeName: "n1", Namespace: leaseNS, LeaseDuration: 40 * time.Second,
+	m := NewMetrics(metrics.NewKubeRegistry())
+	hb, err := New(Config{NodeName: "n1", Namespace: leaseNS, LeaseDuration: 40 * time.Second,
 		RenewInterval: 10 * time.Second, Clock: clk}, client, &probedDriver{name: testDriver}, m)
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +277,7 @@ func TestHeartbeatAPIErrors(t *testing.T) {
 		if diff := cmp.Diff(want, delays); diff != "" {
 			t.Errorf("retry delays (-want +got):\n%s", diff)
 		}
-		if got, _ := testutil.GetCounterMetricValue(m.leaseRenewals.WithLabelValues("error")); got != 6 {
+		if got, _ := testutil.GetCounterMetricValue(m.renewals.WithLabelValues("error")); got != 6 {
 			t.Errorf("lease_renewals_total{result=error} = %v, want 6", got)
 		}
 		failing = 0
@@ -281,7 +292,7 @@ func TestHeartbeatRun(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset(node(nil))
 	clk := testingclock.NewFakeClock(t0)
-	hb, err := NewHeartbeat(HeartbeatConfig{NodeName: "n1", Namespace: leaseNS, Clock: clk}, client, &probedDriver{name: testDriver}, nil)
+	hb, err := New(Config{NodeName: "n1", Namespace: leaseNS, Clock: clk}, client, &probedDriver{name: testDriver}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,38 +320,38 @@ func TestHeartbeatRun(t *testing.T) {
 }
 
 func TestHeartbeatConfig(t *testing.T) {
-	ok := HeartbeatConfig{NodeName: "n1", Namespace: leaseNS}
+	ok := Config{NodeName: "n1", Namespace: leaseNS}
 	tests := []struct {
 		name    string
-		mutate  func(*HeartbeatConfig)
+		mutate  func(*Config)
 		wantErr string
 	}{
-		{name: "defaults", mutate: func(*HeartbeatConfig) {}},
-		{name: "no node", mutate: func(c *HeartbeatConfig) { c.NodeName = "" }, wantErr: "node name"},
-		{name: "no namespace", mutate: func(c *HeartbeatConfig) { c.Namespace = "" }, wantErr: "--lease-namespace"},
-		{name: "duration not whole seconds", mutate: func(c *HeartbeatConfig) { c.LeaseDuration = 1500 * time.Millisecond }, wantErr: "whole seconds"},
-		{name: "negative duration", mutate: func(c *HeartbeatConfig) { c.LeaseDuration = -time.Second }, wantErr: "whole seconds"},
-		{name: "renew not below duration", mutate: func(c *HeartbeatConfig) { c.RenewInterval = c.LeaseDuration }, wantErr: "--lease-renew-interval"},
+		{name: "defaults", mutate: func(*Config) {}},
+		{name: "no node", mutate: func(c *Config) { c.NodeName = "" }, wantErr: "node name"},
+		{name: "no namespace", mutate: func(c *Config) { c.Namespace = "" }, wantErr: "--lease-namespace"},
+		{name: "duration not whole seconds", mutate: func(c *Config) { c.LeaseDuration = 1500 * time.Millisecond }, wantErr: "whole seconds"},
+		{name: "negative duration", mutate: func(c *Config) { c.LeaseDuration = -time.Second }, wantErr: "whole seconds"},
+		{name: "renew not below duration", mutate: func(c *Config) { c.RenewInterval = c.LeaseDuration }, wantErr: "--lease-renew-interval"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ok.withDefaults()
 			cfg.LeaseDuration = 40 * time.Second
 			tc.mutate(&cfg)
-			_, err := NewHeartbeat(cfg, fake.NewClientset(), &probedDriver{}, nil)
+			_, err := New(cfg, fake.NewClientset(), &probedDriver{}, nil)
 			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Errorf("NewHeartbeat = %v, want an error with %q", err, tc.wantErr)
+				t.Errorf("New = %v, want an error with %q", err, tc.wantErr)
 			}
 		})
 	}
 	t.Run("a driver name that cannot be a label value ends Run", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
-		hb, err := NewHeartbeat(ok, fake.NewClientset(node(nil)), &probedDriver{name: strings.Repeat("d", 64)}, nil)
+		hb, err := New(ok, fake.NewClientset(node(nil)), &probedDriver{name: strings.Repeat("d", 64)}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := hb.Run(ctx); !errors.Is(err, ErrDriverName) {
-			t.Errorf("Run = %v, want ErrDriverName", err)
+		if err := hb.Run(ctx); !errors.Is(err, errDriverName) {
+			t.Errorf("Run = %v, want errDriverName", err)
 		}
 	})
 }
