@@ -20,7 +20,7 @@ import (
 // informers of the real cluster, filters out a node where the driver is not
 // registered as unresolvable and keeps the nodes that have it.
 func TestExtenderFilter(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -40,10 +40,10 @@ func TestExtenderFilter(t *testing.T) {
 		_ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), "node-ext-bare", metav1.DeleteOptions{})
 		delete(env.Nodes, "node-ext-bare")
 	})
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
-	newPVC(t, ctx, ns, "data", class)
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
 	// The pod never schedules (no node has this label): only the extender judges it.
-	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{"example.com/nowhere": "true"}})
+	lab.NewPod(t, ctx, env.Cluster, ns, "app", lab.PodOptions{Claims: []string{"data"}, NodeSelector: map[string]string{"example.com/nowhere": "true"}})
 	pod, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -116,7 +116,7 @@ func TestNodeDeletedBeforeProvisioning(t *testing.T) {
 	}
 }
 
-// Ours (test/e2e TestStockBurstOvercommits runs the same burst with the
+// Ours (test/e2estock TestStockBurstOvercommits runs the same burst with the
 // stock scheduler): with capacity tracking on, 20 pods x
 // 10 Gi preferring z1, against zones of 60, 60 and 100 Gi free. Every pod
 // runs, at most six volumes go to z1, no zone is over capacity, the driver
@@ -146,7 +146,7 @@ func TestBurstRespectsCapacity(t *testing.T) {
 // claim, selected for a one-slot node in a scheduling cycle that ended with
 // the restart (and its pod deleted and created again meanwhile), still
 // counts against the node's limit, so the second pod is refused and the
-// first pod runs there. (Stock: test/e2e
+// first pod runs there. (Stock: test/e2estock
 // TestStockForgetsPendingClaimAcrossRestart.)
 func TestPendingClaimCountsAcrossRestart(t *testing.T) {
 	ctx, ns, class := setup(t)
