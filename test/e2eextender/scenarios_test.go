@@ -3,41 +3,20 @@ package e2eextender
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/metrics/testutil"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-func setup(t *testing.T) (context.Context, string) {
-	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	ns := strings.ToLower("x-" + t.Name())
-	env.NamespaceWithClass(t, ctx, ns)
-	return ctx, ns
-}
-
-func claimAndPod(t *testing.T, ctx context.Context, ns, name, preferNode string) {
-	t.Helper()
-	env.ClaimAndPod(t, ctx, ns, ns, name, 1<<30, preferNode)
-}
-
-func waitBoundNode(t *testing.T, ctx context.Context, ns, name string) string {
-	t.Helper()
-	node, _ := env.WaitPlaced(t, ctx, ns, name)
-	return node
-}
-
 // A stock kube-scheduler with our extender keeps pods
 // off a node where the driver is not registered.
 func TestExtenderFiltersNodeWithoutDriver(t *testing.T) {
-	ctx, ns := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "x-")
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-bare", Zone: "z1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -49,10 +28,10 @@ func TestExtenderFiltersNodeWithoutDriver(t *testing.T) {
 	// cluster: the scheduler sends every feasible node) and rejected it.
 	before := scrapeExtender(t, ctx)
 	for i := 0; i < 3; i++ {
-		claimAndPod(t, ctx, ns, fmt.Sprintf("app-%d", i), "node-bare")
+		env.ClaimAndPod(t, ctx, ns, ns, fmt.Sprintf("app-%d", i), 1<<30, "node-bare")
 	}
 	for i := 0; i < 3; i++ {
-		if node := waitBoundNode(t, ctx, ns, fmt.Sprintf("app-%d", i)); node == "node-bare" {
+		if node, _ := env.WaitPlaced(t, ctx, ns, fmt.Sprintf("app-%d", i)); node == "node-bare" {
 			t.Errorf("app-%d placed on the node without the driver", i)
 		}
 	}
@@ -87,22 +66,22 @@ func scrapeExtender(t *testing.T, ctx context.Context) testutil.Metrics {
 // With `ignorable: true`, pods are still scheduled
 // while the extender is down.
 func TestExtenderDownIgnorable(t *testing.T) {
-	ctx, ns := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "x-")
 	extender.Stop(15 * time.Second)
 	t.Cleanup(func() {
 		if err := startExtender(context.WithoutCancel(ctx)); err != nil {
 			t.Errorf("restarting the extender: %v", err)
 		}
 	})
-	claimAndPod(t, ctx, ns, "app", "node-z2-a")
-	waitBoundNode(t, ctx, ns, "app")
+	env.ClaimAndPod(t, ctx, ns, ns, "app", 1<<30, "node-z2-a")
+	env.WaitPlaced(t, ctx, ns, "app")
 }
 
 // The other setting: with `ignorable: false`, a pod
 // with a delayed-binding volume waits while the extender is down, with the
 // scheduler's error on its condition, and is scheduled once it is back.
 func TestExtenderDownNotIgnorable(t *testing.T) {
-	ctx, ns := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "x-")
 	restart := func(ctx context.Context, ignorable bool) error {
 		if err := env.Cluster.SetSchedulerConfig(fmt.Sprintf(schedulerConfig, addr, ignorable)); err != nil {
 			return err
@@ -125,7 +104,7 @@ func TestExtenderDownNotIgnorable(t *testing.T) {
 			_ = startExtender(context.WithoutCancel(ctx))
 		}
 	})
-	claimAndPod(t, ctx, ns, "app", "node-z2-a")
+	env.ClaimAndPod(t, ctx, ns, ns, "app", 1<<30, "node-z2-a")
 	var message string
 	if err := env.Cluster.WaitFor(ctx, lab.WorkloadTimeout, func(ctx context.Context) (bool, error) {
 		pod, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
@@ -150,5 +129,5 @@ func TestExtenderDownNotIgnorable(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted = true
-	waitBoundNode(t, ctx, ns, "app")
+	env.WaitPlaced(t, ctx, ns, "app")
 }

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2/ktesting"
 
@@ -356,4 +357,39 @@ func HTTPStatus(ctx context.Context, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// EventLines returns the Events of the objects named name in ns (of any
+// kind) as lines "type reason: message".
+func EventLines(ctx context.Context, c *controlplane.Cluster, ns, name string) []string {
+	list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	out := make([]string, 0, len(list.Items))
+	for _, e := range list.Items {
+		out = append(out, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Message))
+	}
+	return out
+}
+
+// WaitEvent waits for an Event on the object name of ns whose line
+// "type reason: message" contains every one of parts (e.g. "Warning
+// ProvisioningFailed:" and words of the message), and returns that line.
+func WaitEvent(t testing.TB, ctx context.Context, c *controlplane.Cluster, ns, name string, parts ...string) string {
+	t.Helper()
+	var found string
+	if err := c.WaitFor(ctx, WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		for _, line := range EventLines(ctx, c, ns, name) {
+			if containsAll(line, parts) {
+				found = line
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no Event on %s/%s saying %q: %v\nevents:\n%s", ns, name, parts, err, strings.Join(EventLines(ctx, c, ns, name), "\n"))
+	}
+	return found
 }
