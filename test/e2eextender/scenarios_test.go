@@ -1,14 +1,19 @@
 package e2eextender
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/metrics/testutil"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -52,15 +57,67 @@ func TestExtenderFiltersNodeWithoutDriver(t *testing.T) {
 	if got := delta("csi_scheduler_extender_requests_total", map[string]string{"code": "400"}); got != 0 {
 		t.Errorf("requests_total{code=400} grew by %v, want 0", got)
 	}
+	checkFilterAnswer(t, ctx, ns, "node-bare")
 }
 
 func scrapeExtender(t *testing.T, ctx context.Context) testutil.Metrics {
 	t.Helper()
-	m, err := lab.Scrape(ctx, "http://"+healthAddr+"/metrics")
+	return lab.MustScrape(t, ctx, "http://"+healthAddr+"/metrics")
+}
+
+// checkFilterAnswer asks the extender's /filter directly, for a pod that
+// no node fits (so only the extender judges it), about node-z1-a and bare:
+// bare is failed as unresolvable (preempting pods there cannot help), and
+// node-z1-a alone passes. A malformed body is answered 400.
+func checkFilterAnswer(t *testing.T, ctx context.Context, ns, bare string) {
+	t.Helper()
+	lab.NewClaim(t, ctx, env.Cluster, ns, "probe", ns, 1<<30)
+	lab.NewPod(t, ctx, env.Cluster, ns, "probe", lab.PodOptions{Claims: []string{"probe"},
+		NodeSelector: map[string]string{"example.com/nowhere": "true"}})
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, "probe", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	names := []string{"node-z1-a", bare}
+	body, err := json.Marshal(extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res extenderv1.ExtenderFilterResult
+	if err := env.Cluster.WaitFor(ctx, lab.WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		code, answer := postFilter(ctx, body)
+		res = extenderv1.ExtenderFilterResult{}
+		if code != http.StatusOK || json.Unmarshal(answer, &res) != nil {
+			return false, nil
+		}
+		_, unresolvable := res.FailedAndUnresolvableNodes[bare]
+		return unresolvable && res.NodeNames != nil && len(*res.NodeNames) == 1 && (*res.NodeNames)[0] == "node-z1-a", nil
+	}); err != nil {
+		t.Errorf("filter of node-z1-a and %s: %+v, want %s unresolvable and node-z1-a kept: %v", bare, res, bare, err)
+	}
+	if code, answer := postFilter(ctx, []byte("{oops")); code != http.StatusBadRequest {
+		t.Errorf("malformed body: %d %s, want 400", code, answer)
+	}
+}
+
+// postFilter posts body to the extender's /filter and returns the status
+// and the answer (0 when the request fails).
+func postFilter(ctx context.Context, body []byte) (int, []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/filter", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil
+	}
+	return resp.StatusCode, answer
 }
 
 // With `ignorable: true`, pods are still scheduled
