@@ -106,9 +106,10 @@ func mustNamespaceVolumes(t *testing.T, ctx context.Context, ns string) int {
 }
 
 // waitExactlyOnce waits until the claims data-0 .. data-<n-1> of ns are
-// Bound, each to its own volume, and checks the driver has exactly n more
-// volumes than before: every claim provisioned once, nothing leaked.
-func waitExactlyOnce(t *testing.T, ctx context.Context, ns string, n, before int) {
+// Bound, each to its own volume, and checks the driver has exactly n
+// volumes of the claims of ns: every claim provisioned once, nothing leaked.
+// Volumes of other tests, still being deleted, do not count.
+func waitExactlyOnce(t *testing.T, ctx context.Context, ns string, n int) {
 	t.Helper()
 	handles := map[string]bool{}
 	for i := 0; i < n; i++ {
@@ -118,11 +119,7 @@ func waitExactlyOnce(t *testing.T, ctx context.Context, ns string, n, before int
 		}
 		handles[pv.Spec.CSI.VolumeHandle] = true
 	}
-	after, err := env.Volumes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(after) != before+n {
-		t.Errorf("driver volumes %d -> %d, want exactly %d new (no duplicates, no orphans)", before, len(after), n)
+	if got := mustNamespaceVolumes(t, ctx, ns); got != n {
+		t.Errorf("the driver has %d volumes of the claims of %s, want exactly %d (no duplicates, no orphans)", got, ns, n)
 	}
 }
