@@ -86,14 +86,20 @@ func checkFilterAnswer(t *testing.T, ctx context.Context, ns, bare string) {
 	var res extenderv1.ExtenderFilterResult
 	if err := env.Cluster.WaitFor(ctx, lab.WorkloadTimeout, func(ctx context.Context) (bool, error) {
 		code, answer := postFilter(ctx, body)
-		res = extenderv1.ExtenderFilterResult{}
-		if code != http.StatusOK || json.Unmarshal(answer, &res) != nil {
+		var got extenderv1.ExtenderFilterResult
+		if code != http.StatusOK || json.Unmarshal(answer, &got) != nil {
 			return false, nil
 		}
+		res = got
 		_, unresolvable := res.FailedAndUnresolvableNodes[bare]
 		return unresolvable && res.NodeNames != nil && len(*res.NodeNames) == 1 && (*res.NodeNames)[0] == "node-z1-a", nil
 	}); err != nil {
-		t.Errorf("filter of node-z1-a and %s: %+v, want %s unresolvable and node-z1-a kept: %v", bare, res, bare, err)
+		var kept []string
+		if res.NodeNames != nil {
+			kept = *res.NodeNames
+		}
+		t.Errorf("filter of node-z1-a and %s: kept %v, failed %v, unresolvable %v; want %s unresolvable and node-z1-a kept: %v",
+			bare, kept, res.FailedNodes, res.FailedAndUnresolvableNodes, bare, err)
 	}
 	if code, answer := postFilter(ctx, []byte("{oops")); code != http.StatusBadRequest {
 		t.Errorf("malformed body: %d %s, want 400", code, answer)
