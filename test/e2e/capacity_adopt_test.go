@@ -6,6 +6,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,8 +61,8 @@ func describeCapacities(objs map[string]storagev1.CSIStorageCapacity) []string {
 // in place, the duplicate and the obsolete ones deleted, and the previous
 // label's one relabelled.
 func TestCapacityAdoptsExternalProvisionerObjects(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	csc := client.StorageV1().CSIStorageCapacities(capacityNamespace)
 	t.Cleanup(func() {
 		objs, _ := classCapacityObjects(context.WithoutCancel(ctx), class)

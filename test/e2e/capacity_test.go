@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -28,12 +29,12 @@ func segmentCapacities(ctx context.Context, class string) (map[string]int64, err
 // driver's GetCapacity, under its own RBAC, and refreshes the segment a
 // provision touched at once.
 func TestCapacityPublishing(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	if err := env.StartProvisioner("--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=1h"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.StartProvisioner() })
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	var caps map[string]int64
 	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		var err error
@@ -44,9 +45,9 @@ func TestCapacityPublishing(t *testing.T) {
 		t.Fatalf("capacity objects for %s: %v, want 6 segments: %v", class, caps, err)
 	}
 	before := caps
-	newPVC(t, ctx, ns, "data", class)
-	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}})
-	pv := waitBound(t, ctx, ns, "data")
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "app", lab.PodOptions{Claims: []string{"data"}})
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
 	vol := volumeOf(t, ctx, pv)
 	seg := vol.Segment[zoneKey] + "/" + vol.Segment[rackKey]
 	err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {

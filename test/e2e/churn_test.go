@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
 const (
@@ -36,11 +37,11 @@ const (
 // of them, as a pod pinned to a zone is in a cluster whose driver reports
 // zones only. (Pinned to both, each rack costs one CreateVolume per hold.)
 func TestFullZoneNoChurn(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	restoreZone := zeroZone(t, ctx, "z1")
-	newPVC(t, ctx, ns, "data", class)
-	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{zoneKey: "z1", rackKey: "r1"}})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "app", lab.PodOptions{Claims: []string{"data"}, NodeSelector: map[string]string{zoneKey: "z1", rackKey: "r1"}})
 	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +87,7 @@ func TestFullZoneNoChurn(t *testing.T) {
 	if pv, err := client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{}); err == nil {
 		t.Errorf("PV %s exists (zones %v) although z1 is full", pv.Name, affinityZones(pv))
 	}
-	if ev := eventsOf(ctx, ns, "PersistentVolumeClaim", "data"); !strings.Contains(ev, fullSegmentEvent) {
+	if ev := lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"); !strings.Contains(ev, fullSegmentEvent) {
 		t.Errorf("claim events do not say the segment is full (%q):%s", fullSegmentEvent, ev)
 	}
 
@@ -103,7 +104,7 @@ func TestFullZoneNoChurn(t *testing.T) {
 		return err == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("claim not bound after z1's capacity came back: %v; events:%s", err, eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
+		t.Fatalf("claim not bound after z1's capacity came back: %v; events:%s", err, lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"))
 	}
 	if zones := affinityZones(pv); len(zones) != 1 || zones[0] != "z1" {
 		t.Errorf("PV zones %v, want z1", zones)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,7 +59,7 @@ func waitPVGone(t *testing.T, ctx context.Context, name string) {
 		_, err := client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
-		t.Fatalf("PV %s not deleted: %v; events: %s", name, err, eventsOf(ctx, metav1.NamespaceDefault, "PersistentVolume", name))
+		t.Fatalf("PV %s not deleted: %v; events: %s", name, err, lab.EventsOf(ctx, env.Cluster, metav1.NamespaceDefault, "PersistentVolume", name))
 	}
 }
 
@@ -69,12 +70,12 @@ func waitPVGone(t *testing.T, ctx context.Context, name string) {
 // finalizer goes with it. A Retain PV of the driver and a PV of another
 // driver get no finalizer.
 func TestStaticPVFinalizer(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	deletePV := staticClaim(t, ctx, ns, "delete", driverName, v1.PersistentVolumeReclaimDelete)
 	retainPV := staticClaim(t, ctx, ns, "retain", driverName, v1.PersistentVolumeReclaimRetain)
 	otherPV := staticClaim(t, ctx, ns, "other", "other.example.com", v1.PersistentVolumeReclaimDelete)
 	for _, c := range []string{"delete", "retain", "other"} {
-		waitBound(t, ctx, ns, c)
+		lab.WaitBound(t, ctx, env.Cluster, ns, c)
 	}
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, deletePV, metav1.GetOptions{})
@@ -103,10 +104,10 @@ func TestStaticPVFinalizer(t *testing.T) {
 // the driver's volume stay, and the PV's VolumeFailedDelete Event names the
 // attachment. Once the attachment is gone, PV and volume are deleted.
 func TestDeleteWaitsForVolumeAttachment(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns, classOpts{immediate: true})
-	newPVC(t, ctx, ns, "data", class)
-	pv := waitBound(t, ctx, ns, "data")
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{Immediate: true})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
 	volumeOf(t, ctx, pv)
 	vaName := "va-" + ns
 	pvName := pv.Name
@@ -125,9 +126,9 @@ func TestDeleteWaitsForVolumeAttachment(t *testing.T) {
 	}
 	want := "VolumeAttachment " + vaName + " (node n-attached)"
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		return strings.Contains(eventsOf(ctx, metav1.NamespaceDefault, "PersistentVolume", pvName), want), nil
+		return strings.Contains(lab.EventsOf(ctx, env.Cluster, metav1.NamespaceDefault, "PersistentVolume", pvName), want), nil
 	}); err != nil {
-		t.Fatalf("no Event on PV %s naming %q: %v; events: %s", pvName, want, err, eventsOf(ctx, metav1.NamespaceDefault, "PersistentVolume", pvName))
+		t.Fatalf("no Event on PV %s naming %q: %v; events: %s", pvName, want, err, lab.EventsOf(ctx, env.Cluster, metav1.NamespaceDefault, "PersistentVolume", pvName))
 	}
 	got, err := client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 	if err != nil {

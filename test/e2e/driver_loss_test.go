@@ -45,7 +45,7 @@ func TestDriverKilledMidBurst(t *testing.T) {
 }
 
 func driverKilledMidBurst(t *testing.T, killProvisioner bool) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	addr, err := lab.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -59,8 +59,8 @@ func driverKilledMidBurst(t *testing.T, killProvisioner bool) {
 			t.Errorf("restarting the mock controller for the next tests: %v", err)
 		}
 	})
-	immediate := newClass(t, ctx, ns+"-imm", classOpts{immediate: true})
-	delayed := newClass(t, ctx, ns+"-wffc", classOpts{})
+	immediate := lab.NewClass(t, ctx, env.Cluster, ns+"-imm", lab.ClassOptions{Immediate: true})
+	delayed := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	// Half the CreateVolume calls take 3 s: when the first claims are
 	// Bound, the others are still in the driver. The restarted driver has
 	// no fault rules.
@@ -73,13 +73,13 @@ func driverKilledMidBurst(t *testing.T, killProvisioner bool) {
 	var claims []string
 	for i := range lossImmediateClaims {
 		name := fmt.Sprintf("imm-%02d", i)
-		newPVC(t, ctx, ns, name, immediate)
+		lab.NewClaim(t, ctx, env.Cluster, ns, name, immediate, gi)
 		claims = append(claims, name)
 	}
 	for i := range lossDelayedClaims {
 		name := fmt.Sprintf("wffc-%02d", i)
-		newPVC(t, ctx, ns, name, delayed)
-		newPod(t, ctx, ns, name, podOpts{claims: []string{name}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, name, delayed, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, name, lab.PodOptions{Claims: []string{name}})
 		claims = append(claims, name)
 	}
 	bound := waitBoundCount(t, ctx, ns, 3)
@@ -93,11 +93,11 @@ func driverKilledMidBurst(t *testing.T, killProvisioner bool) {
 			t.Fatal(err)
 		}
 		waitAnswer(t, ctx, readyz, http.StatusServiceUnavailable, "waiting for the CSI driver")
-		waitLogged(t, ctx, env.Provisioner().LogPath(), "nothing listens on it")
+		lab.WaitLogged(t, ctx, env.Cluster, env.Provisioner().LogPath(), "nothing listens on it")
 	} else {
 		waitAnswer(t, ctx, readyz, http.StatusServiceUnavailable, "no connection to CSI driver")
 		waitAnswer(t, ctx, "http://"+addr+"/healthz", http.StatusServiceUnavailable, "no connection to CSI driver")
-		if got := value(scrape(t, ctx, "http://"+addr+"/metrics"), "csi_topology_provisioner_driver_connected", nil); got != 0 {
+		if got := lab.MetricValue(lab.MustScrape(t, ctx, "http://"+addr+"/metrics"), "csi_topology_provisioner_driver_connected", nil); got != 0 {
 			t.Errorf("driver_connected during the outage = %v, want 0", got)
 		}
 	}
@@ -112,15 +112,15 @@ func driverKilledMidBurst(t *testing.T, killProvisioner bool) {
 	if env.Provisioner().Exited() {
 		t.Fatalf("csi-provisioner exited: %v (log %s)", env.Provisioner().Wait(), env.Provisioner().LogPath())
 	}
-	m := scrape(t, ctx, "http://"+addr+"/metrics")
-	if got := value(m, "csi_topology_provisioner_driver_connected", nil); got != 1 {
+	m := lab.MustScrape(t, ctx, "http://"+addr+"/metrics")
+	if got := lab.MetricValue(m, "csi_topology_provisioner_driver_connected", nil); got != 1 {
 		t.Errorf("driver_connected after the outage = %v, want 1", got)
 	}
 	if !killProvisioner {
-		if got := value(m, "csi_topology_provisioner_driver_connection_losses_total", nil); got != 1 {
+		if got := lab.MetricValue(m, "csi_topology_provisioner_driver_connection_losses_total", nil); got != 1 {
 			t.Errorf("driver_connection_losses_total = %v, want 1", got)
 		}
-		waitLogged(t, ctx, env.Provisioner().LogPath(), "Reconnected to the CSI driver")
+		lab.WaitLogged(t, ctx, env.Cluster, env.Provisioner().LogPath(), "Reconnected to the CSI driver")
 		lines := logLines(t, env.Provisioner().LogPath(), "CSI driver", "Retrying pending claims")
 		t.Logf("csi-provisioner's lines about the driver:\n%s", strings.Join(lines, "\n"))
 		if n := countContaining(lines, "Lost connection to the CSI driver"); n != 1 {
@@ -160,7 +160,7 @@ func checkEveryClaimOnce(t *testing.T, ctx context.Context, ns string, claims []
 	t.Helper()
 	handleOf := map[string]string{} // CSI volume name -> PV's volume handle
 	for _, name := range claims {
-		pv := waitBound(t, ctx, ns, name)
+		pv := lab.WaitBound(t, ctx, env.Cluster, ns, name)
 		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -253,17 +253,6 @@ func getBody(ctx context.Context, url string) (int, string) {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return resp.StatusCode, string(data)
-}
-
-// waitLogged waits until the log file at path contains want.
-func waitLogged(t *testing.T, ctx context.Context, path, want string) {
-	t.Helper()
-	if err := env.Cluster.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
-		data, err := os.ReadFile(path)
-		return err == nil && strings.Contains(string(data), want), nil
-	}); err != nil {
-		t.Fatalf("%s never logged %q: %v", path, want, err)
-	}
 }
 
 // logLines returns the lines of the log file at path that contain any of

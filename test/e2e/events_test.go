@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +16,7 @@ import (
 // the driver cannot make each give the claim a ProvisioningFailed Event that
 // says what is wrong; no volume is made (nothing leaks) and nothing crashes.
 func TestBadInputEvents(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	before, err := env.Volumes(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +36,7 @@ func TestBadInputEvents(t *testing.T) {
 		{name: "huge", size: "1Pi", want: "OutOfRange"},
 	}
 	for _, tc := range cases {
-		class := newClass(t, ctx, ns+"-"+tc.name, classOpts{immediate: true})
+		class := lab.NewClass(t, ctx, env.Cluster, ns+"-"+tc.name, lab.ClassOptions{Immediate: true})
 		if tc.params != nil {
 			sc, err := client.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{})
 			if err != nil {
@@ -60,9 +61,9 @@ func TestBadInputEvents(t *testing.T) {
 	for _, tc := range cases {
 		name, want := tc.name, tc.want
 		if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-			return strings.Contains(eventsOf(ctx, ns, "PersistentVolumeClaim", name), want), nil
+			return strings.Contains(lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", name), want), nil
 		}); err != nil {
-			t.Errorf("claim %s: no ProvisioningFailed Event saying %q:%s", name, want, eventsOf(ctx, ns, "PersistentVolumeClaim", name))
+			t.Errorf("claim %s: no ProvisioningFailed Event saying %q:%s", name, want, lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", name))
 		}
 		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil || pvc.Status.Phase != v1.ClaimPending {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,12 +21,12 @@ import (
 // with a label only one node carries puts the volume in that node's zone.
 func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
 	t.Run("no node satisfies the class", func(t *testing.T) {
-		ctx, ns := newNamespace(t)
+		ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 		before := mustNamespaceVolumes(t, ctx, ns)
-		class := newClass(t, ctx, ns+"-unknown", classOpts{immediate: true, terms: []v1.TopologySelectorTerm{
+		class := lab.NewClass(t, ctx, env.Cluster, ns+"-unknown", lab.ClassOptions{Immediate: true, Terms: []v1.TopologySelectorTerm{
 			{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: "example.com/unknown", Values: []string{"x"}}}},
 		}})
-		newPVC(t, ctx, ns, "data", class)
+		lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
 		want := []string{"[{example.com/unknown in (x)}]", "no node of CSI driver"}
 		var events string
 		if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
@@ -36,10 +37,10 @@ func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
 			if pvc.Status.Phase == v1.ClaimBound {
 				return false, fmt.Errorf("claim bound to PV %s despite a class no node satisfies", pvc.Spec.VolumeName)
 			}
-			events = eventsOf(ctx, ns, "PersistentVolumeClaim", "data")
+			events = lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data")
 			return warningSays(events, "ProvisioningFailed", want), nil
 		}); err != nil {
-			t.Fatalf("no Warning ProvisioningFailed Event saying %q: %v; events:%s", want, err, eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
+			t.Fatalf("no Warning ProvisioningFailed Event saying %q: %v; events:%s", want, err, lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"))
 		}
 		t.Logf("claim events:%s", events)
 		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
@@ -67,10 +68,10 @@ func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
 	})
 
 	t.Run("zones AND a label only one node carries", func(t *testing.T) {
-		ctx, ns := newNamespace(t)
+		ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 		const labelKey, node = "example.com/e2e-immediate-ssd", "node-z2-b"
 		setNodeLabel(t, ctx, node, labelKey, "yes")
-		class := newClass(t, ctx, ns+"-ssd", classOpts{immediate: true, terms: []v1.TopologySelectorTerm{
+		class := lab.NewClass(t, ctx, env.Cluster, ns+"-ssd", lab.ClassOptions{Immediate: true, Terms: []v1.TopologySelectorTerm{
 			{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
 				{Key: zoneKey, Values: []string{"z1", "z2"}},
 				{Key: labelKey, Values: []string{"yes"}},
@@ -79,10 +80,10 @@ func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
 		// Several claims: each prefers another allowed segment first, so a
 		// widened requisite would show in at least one of them.
 		for i := 0; i < 3; i++ {
-			newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
+			lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("data-%d", i), class, gi)
 		}
 		for i := 0; i < 3; i++ {
-			pv := waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
+			pv := lab.WaitBound(t, ctx, env.Cluster, ns, fmt.Sprintf("data-%d", i))
 			if zones := affinityZones(pv); !slices.Equal(zones, []string{"z2"}) {
 				t.Errorf("claim data-%d: PV affinity zones %v, want [z2] (only %s carries %s)", i, zones, node, labelKey)
 			}
@@ -93,7 +94,7 @@ func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
 	})
 }
 
-// warningSays reports whether events (as eventsOf renders them) hold a
+// warningSays reports whether events (as lab.EventsOf renders them) hold a
 // Warning of reason whose message contains every string of want.
 func warningSays(events, reason string, want []string) bool {
 	for _, line := range strings.Split(events, "\n") {

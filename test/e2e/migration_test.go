@@ -29,7 +29,7 @@ import (
 // provisioned them) is marked as migrated by kube-controller-manager and,
 // once its claim is deleted, its volume is deleted through the driver.
 func TestCSIMigration(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	drv, class := startMigrationDriver(t, ctx)
 	t.Run("in-tree PV marked as migrated is deleted through the driver", func(t *testing.T) {
 		testMigratedPVDeleted(t, ctx, ns, drv, class)
@@ -111,7 +111,7 @@ func testMigratedPVDeleted(t *testing.T, ctx context.Context, ns string, drv *la
 	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitBound(t, ctx, ns, "legacy")
+	lab.WaitBound(t, ctx, env.Cluster, ns, "legacy")
 	waitPV(t, ctx, pvName, "annotated "+annMigTo+"="+ebsDriver, func(pv *v1.PersistentVolume) bool {
 		return pv.Annotations[annMigTo] == ebsDriver
 	})
@@ -128,7 +128,7 @@ func testInTreeClassProvisioned(t *testing.T, ctx context.Context, ns string, dr
 	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, migrationClaim(ns, "data", class), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	bound := waitBound(t, ctx, ns, "data")
+	bound := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
 	claim, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -20,36 +20,11 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
-// scrape reads a Prometheus text endpoint.
-func scrape(t *testing.T, ctx context.Context, url string) testutil.Metrics {
-	t.Helper()
-	m, err := lab.Scrape(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-var value = lab.MetricValue
-
-func httpStatus(ctx context.Context, url string) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 // After a known workload (3 delayed-binding claims, the
 // first CreateVolume refused with RESOURCE_EXHAUSTED, one claim deleted) the
 // provisioner's /metrics counts exactly that.
 func TestMetricsAfterWorkload(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	addr, err := lab.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -58,18 +33,18 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.StartProvisioner() })
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Code: "ResourceExhausted", Count: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
 	for i := 0; i < 3; i++ {
-		newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
-		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("data-%d", i)}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("data-%d", i), class, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("app-%d", i), lab.PodOptions{Claims: []string{fmt.Sprintf("data-%d", i)}})
 	}
 	var pv2 string
 	for i := 0; i < 3; i++ {
-		pv2 = waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i)).Name
+		pv2 = lab.WaitBound(t, ctx, env.Cluster, ns, fmt.Sprintf("data-%d", i)).Name
 	}
 	zero := int64(0)
 	if err := client.CoreV1().Pods(ns).Delete(ctx, "app-2", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
@@ -90,14 +65,14 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	// The delete's metric is recorded right after the PV is gone; poll
 	// briefly for it rather than race it.
 	_ = env.Cluster.WaitFor(ctx, 10*time.Second, func(ctx context.Context) (bool, error) {
-		m = scrape(t, ctx, url)
-		return value(m, "csi_topology_provisioner_operations_total", map[string]string{"operation": "delete", "storage_class": class}) >= 1, nil
+		m = lab.MustScrape(t, ctx, url)
+		return lab.MetricValue(m, "csi_topology_provisioner_operations_total", map[string]string{"operation": "delete", "storage_class": class}) >= 1, nil
 	})
 	// One RESOURCE_EXHAUSTED marks that segment full for a minute: when the
 	// scheduler picks a node there again, the claim is sent back without a
 	// CreateVolume, so reschedules may exceed 1 while the driver still saw
 	// exactly one failed call.
-	rescheduled := value(m, "csi_topology_provisioner_reschedules_total", map[string]string{"reason": "NoCapacity"})
+	rescheduled := lab.MetricValue(m, "csi_topology_provisioner_reschedules_total", map[string]string{"reason": "NoCapacity"})
 	if rescheduled < 1 {
 		t.Errorf("reschedules_total{NoCapacity} = %v, want at least 1", rescheduled)
 	}
@@ -114,11 +89,11 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		{"csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/CreateVolume", "grpc_status_code": "ResourceExhausted"}, 1},
 		{"csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/DeleteVolume", "grpc_status_code": "OK"}, 1},
 	} {
-		if got := value(m, c.metric, c.labels); got != c.want {
+		if got := lab.MetricValue(m, c.metric, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
 		}
 	}
-	if got := value(m, "csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/CreateVolume", "grpc_status_code": "OK"}); got < 3 {
+	if got := lab.MetricValue(m, "csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/CreateVolume", "grpc_status_code": "OK"}); got < 3 {
 		t.Errorf("CreateVolume OK calls = %v, want at least 3", got)
 	}
 	// One object per (segment, delayed-binding class of the driver): this
@@ -127,10 +102,10 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := value(m, "csi_topology_provisioner_capacity_objects", nil); got < float64(len(segs)) {
+	if got := lab.MetricValue(m, "csi_topology_provisioner_capacity_objects", nil); got < float64(len(segs)) {
 		t.Errorf("capacity_objects = %v, want at least %d", got, len(segs))
 	}
-	if got := httpStatus(ctx, "http://"+addr+"/readyz"); got != http.StatusOK {
+	if got := lab.HTTPStatus(ctx, "http://"+addr+"/readyz"); got != http.StatusOK {
 		t.Errorf("/readyz without leader election = %d, want 200", got)
 	}
 }
@@ -139,8 +114,8 @@ func TestMetricsAfterWorkload(t *testing.T) {
 // -9 the leader and the other takes over once the lease runs out; every
 // claim is provisioned exactly once.
 func TestLeaderElectionFailover(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	const lease, retry = 4 * time.Second, 500 * time.Millisecond
 	env.StopProvisioner()
 	t.Cleanup(func() { _ = env.StartProvisioner() })
@@ -168,7 +143,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		ready := 0
 		for i, r := range replicas {
-			if httpStatus(ctx, "http://"+r.addr+"/readyz") == http.StatusOK {
+			if lab.HTTPStatus(ctx, "http://"+r.addr+"/readyz") == http.StatusOK {
 				ready++
 				leader = i
 			}
@@ -178,24 +153,20 @@ func TestLeaderElectionFailover(t *testing.T) {
 		t.Fatalf("no single leader: %v", err)
 	}
 	standby := 1 - leader
-	if got := httpStatus(ctx, "http://"+replicas[standby].addr+"/healthz"); got != http.StatusOK {
+	if got := lab.HTTPStatus(ctx, "http://"+replicas[standby].addr+"/healthz"); got != http.StatusOK {
 		t.Errorf("standby /healthz = %d, want 200 (alive, just not leading)", got)
 	}
 
-	before, err := env.Volumes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 6
 	for i := 0; i < n/2; i++ {
-		newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
-		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("data-%d", i)}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("data-%d", i), class, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("app-%d", i), lab.PodOptions{Claims: []string{fmt.Sprintf("data-%d", i)}})
 	}
 	for i := 0; i < n/2; i++ {
-		waitBound(t, ctx, ns, fmt.Sprintf("data-%d", i))
+		lab.WaitBound(t, ctx, env.Cluster, ns, fmt.Sprintf("data-%d", i))
 	}
-	standbyMetrics := scrape(t, ctx, "http://"+replicas[standby].addr+"/metrics")
-	if got := value(standbyMetrics, "csi_topology_provisioner_operations_total", map[string]string{"operation": "provision"}); got != 0 {
+	standbyMetrics := lab.MustScrape(t, ctx, "http://"+replicas[standby].addr+"/metrics")
+	if got := lab.MetricValue(standbyMetrics, "csi_topology_provisioner_operations_total", map[string]string{"operation": "provision"}); got != 0 {
 		t.Errorf("the standby provisioned %v times", got)
 	}
 
@@ -203,11 +174,11 @@ func TestLeaderElectionFailover(t *testing.T) {
 	replicas[leader].p.Kill()
 	killed := time.Now()
 	for i := n / 2; i < n; i++ {
-		newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
-		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("data-%d", i)}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("data-%d", i), class, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("app-%d", i), lab.PodOptions{Claims: []string{fmt.Sprintf("data-%d", i)}})
 	}
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		return httpStatus(ctx, "http://"+replicas[standby].addr+"/readyz") == http.StatusOK, nil
+		return lab.HTTPStatus(ctx, "http://"+replicas[standby].addr+"/readyz") == http.StatusOK, nil
 	}); err != nil {
 		t.Fatalf("the standby never took over: %v", err)
 	}
@@ -218,9 +189,9 @@ func TestLeaderElectionFailover(t *testing.T) {
 	if limit := lease + 2*retry + 3*time.Second; takeover > limit {
 		t.Errorf("takeover took %s, more than the lease allows (%s)", takeover, limit)
 	}
-	waitExactlyOnce(t, ctx, ns, n, len(before))
-	newLeader := scrape(t, ctx, "http://"+replicas[standby].addr+"/metrics")
-	if got := value(newLeader, "csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "success"}); got != n/2 {
+	waitExactlyOnce(t, ctx, ns, n)
+	newLeader := lab.MustScrape(t, ctx, "http://"+replicas[standby].addr+"/metrics")
+	if got := lab.MetricValue(newLeader, "csi_topology_provisioner_operations_total", map[string]string{"operation": "provision", "storage_class": class, "result": "success"}); got != n/2 {
 		t.Errorf("the new leader provisioned %v claims, want %d", got, n/2)
 	}
 }
@@ -229,7 +200,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 // logs of csi-provisioner (-v=5, text and JSON) or of the mock driver, through
 // a provision and a delete that send them to the driver.
 func TestSecretsNeverLogged(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	const secretValue = "s3cr3t-value-7f4e1c"
 	if _, err := client.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
@@ -243,7 +214,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = env.StartProvisioner() })
-			class := newClass(t, ctx, ns+"-"+format, classOpts{immediate: true})
+			class := lab.NewClass(t, ctx, env.Cluster, ns+"-"+format, lab.ClassOptions{Immediate: true})
 			sc, err := client.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -262,8 +233,8 @@ func TestSecretsNeverLogged(t *testing.T) {
 			if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			newPVC(t, ctx, ns, "data-"+format, class)
-			pv := waitBound(t, ctx, ns, "data-"+format)
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data-"+format, class, gi)
+			pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data-"+format)
 			if pv.Annotations["volume.kubernetes.io/provisioner-deletion-secret-name"] != "creds" {
 				t.Errorf("PV does not record the deletion secret: %v", pv.Annotations)
 			}

@@ -18,10 +18,10 @@ import (
 
 // Scenario 1: immediate binding, no topology in the class.
 func TestImmediateBinding(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns+"-imm", classOpts{immediate: true})
-	newPVC(t, ctx, ns, "data", class)
-	pv := waitBound(t, ctx, ns, "data")
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-imm", lab.ClassOptions{Immediate: true})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driverName || pv.Spec.CSI.VolumeHandle == "" {
 		t.Fatalf("PV source = %+v, want CSI of %s", pv.Spec.CSI, driverName)
 	}
@@ -34,12 +34,12 @@ func TestImmediateBinding(t *testing.T) {
 // Scenario 2: WaitForFirstConsumer: the real scheduler picks the node, the
 // volume is made in that node's zone, the pod is bound there.
 func TestWaitForFirstConsumer(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
-	newPVC(t, ctx, ns, "data", class)
-	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}})
-	pv := waitBound(t, ctx, ns, "data")
-	node := waitPodNode(t, ctx, ns, "app")
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "app", lab.PodOptions{Claims: []string{"data"}})
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
+	node := lab.WaitPodNode(t, ctx, env.Cluster, ns, "app")
 	zone := env.Nodes[node]
 	if zones := affinityZones(pv); !slices.Equal(zones, []string{zone}) {
 		t.Errorf("PV affinity zones %v, pod on %s in %s", zones, node, zone)
@@ -47,24 +47,24 @@ func TestWaitForFirstConsumer(t *testing.T) {
 	if got := volumeOf(t, ctx, pv).Segment[zoneKey]; got != zone {
 		t.Errorf("driver volume in %s, want %s", got, zone)
 	}
-	if ev := eventsOf(ctx, ns, "PersistentVolumeClaim", "data"); !strings.Contains(ev, "selected node "+node) {
+	if ev := lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"); !strings.Contains(ev, "selected node "+node) {
 		t.Errorf("claim events do not tell the topology decision:%s", ev)
 	}
 }
 
 // Scenario 3: allowedTopologies limited to z1 and z2, immediate and delayed.
 func TestAllowedTopologies(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	imm := newClass(t, ctx, ns+"-imm", classOpts{immediate: true, zones: []string{"z1", "z2"}})
-	wffc := newClass(t, ctx, ns+"-wffc", classOpts{zones: []string{"z1", "z2"}})
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	imm := lab.NewClass(t, ctx, env.Cluster, ns+"-imm", lab.ClassOptions{Immediate: true, Zones: []string{"z1", "z2"}})
+	wffc := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{Zones: []string{"z1", "z2"}})
 	for i := 0; i < 3; i++ {
-		newPVC(t, ctx, ns, fmt.Sprintf("imm-%d", i), imm)
-		newPVC(t, ctx, ns, fmt.Sprintf("wffc-%d", i), wffc)
-		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("wffc-%d", i)}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("imm-%d", i), imm, gi)
+		lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("wffc-%d", i), wffc, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("app-%d", i), lab.PodOptions{Claims: []string{fmt.Sprintf("wffc-%d", i)}})
 	}
 	for i := 0; i < 3; i++ {
 		for _, claim := range []string{fmt.Sprintf("imm-%d", i), fmt.Sprintf("wffc-%d", i)} {
-			pv := waitBound(t, ctx, ns, claim)
+			pv := lab.WaitBound(t, ctx, env.Cluster, ns, claim)
 			if z := volumeOf(t, ctx, pv).Segment[zoneKey]; z != "z1" && z != "z2" {
 				t.Errorf("claim %s: volume in %s, outside allowedTopologies", claim, z)
 			}
@@ -74,10 +74,10 @@ func TestAllowedTopologies(t *testing.T) {
 	// A pod pinned to the third zone cannot get a volume: it stays Pending
 	// with a scheduler event, and nothing is created.
 	before := mustNamespaceVolumes(t, ctx, ns)
-	newPVC(t, ctx, ns, "pinned", wffc)
-	newPod(t, ctx, ns, "pinned", podOpts{claims: []string{"pinned"}, nodeSelector: map[string]string{zoneKey: "z3"}})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "pinned", wffc, gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "pinned", lab.PodOptions{Claims: []string{"pinned"}, NodeSelector: map[string]string{zoneKey: "z3"}})
 	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		return strings.Contains(eventsOf(ctx, ns, "Pod", "pinned"), "FailedScheduling"), nil
+		return strings.Contains(lab.EventsOf(ctx, env.Cluster, ns, "Pod", "pinned"), "FailedScheduling"), nil
 	})
 	if err != nil {
 		t.Fatalf("no FailedScheduling event for the pod pinned to z3: %v", err)
@@ -98,24 +98,24 @@ func TestAllowedTopologies(t *testing.T) {
 // Scenario 4: zone x rack, with the three allowed combinations of docs/topology.md's zone x rack example
 // (z1 in racks r1 or r2, z2 in rack r1): every PV's affinity is one of them.
 func TestZoneRackTopology(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	terms := []v1.TopologySelectorTerm{
 		{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: zoneKey, Values: []string{"z1"}}, {Key: rackKey, Values: []string{"r1", "r2"}}}},
 		{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: zoneKey, Values: []string{"z2"}}, {Key: rackKey, Values: []string{"r1"}}}},
 	}
 	allowed := map[string]bool{"z1/r1": true, "z1/r2": true, "z2/r1": true}
-	imm := newClass(t, ctx, ns+"-imm", classOpts{immediate: true, terms: terms})
-	wffc := newClass(t, ctx, ns+"-wffc", classOpts{terms: terms})
+	imm := lab.NewClass(t, ctx, env.Cluster, ns+"-imm", lab.ClassOptions{Immediate: true, Terms: terms})
+	wffc := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{Terms: terms})
 	const n = 4
 	for i := 0; i < n; i++ {
-		newPVC(t, ctx, ns, fmt.Sprintf("imm-%d", i), imm)
-		newPVC(t, ctx, ns, fmt.Sprintf("wffc-%d", i), wffc)
-		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("wffc-%d", i)}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("imm-%d", i), imm, gi)
+		lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("wffc-%d", i), wffc, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("app-%d", i), lab.PodOptions{Claims: []string{fmt.Sprintf("wffc-%d", i)}})
 	}
 	seen := map[string]bool{}
 	for i := 0; i < n; i++ {
 		for _, claim := range []string{fmt.Sprintf("imm-%d", i), fmt.Sprintf("wffc-%d", i)} {
-			pv := waitBound(t, ctx, ns, claim)
+			pv := lab.WaitBound(t, ctx, env.Cluster, ns, claim)
 			terms := pv.Spec.NodeAffinity.Required.NodeSelectorTerms
 			if len(terms) != 1 || len(terms[0].MatchExpressions) != 2 {
 				t.Fatalf("claim %s: affinity %+v, want one zone && rack term", claim, terms)
@@ -138,17 +138,17 @@ func TestZoneRackTopology(t *testing.T) {
 // land in three zones with their volumes; with one zone full the third pod
 // stays Pending and nothing leaks.
 func TestSpreadAcrossZones(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	zones := map[string]bool{}
 	for i := 0; i < 3; i++ {
 		claim := fmt.Sprintf("data-web-%d", i)
-		newPVC(t, ctx, ns, claim, class)
-		newPod(t, ctx, ns, fmt.Sprintf("web-%d", i), podOpts{claims: []string{claim}, antiAffinityLabel: "web"})
+		lab.NewClaim(t, ctx, env.Cluster, ns, claim, class, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("web-%d", i), lab.PodOptions{Claims: []string{claim}, AntiAffinityLabel: "web"})
 	}
 	for i := 0; i < 3; i++ {
-		pv := waitBound(t, ctx, ns, fmt.Sprintf("data-web-%d", i))
-		node := waitPodNode(t, ctx, ns, fmt.Sprintf("web-%d", i))
+		pv := lab.WaitBound(t, ctx, env.Cluster, ns, fmt.Sprintf("data-web-%d", i))
+		node := lab.WaitPodNode(t, ctx, env.Cluster, ns, fmt.Sprintf("web-%d", i))
 		z := volumeOf(t, ctx, pv).Segment[zoneKey]
 		if z != env.Nodes[node] {
 			t.Errorf("web-%d on %s (%s) but its volume is in %s", i, node, env.Nodes[node], z)
@@ -160,7 +160,7 @@ func TestSpreadAcrossZones(t *testing.T) {
 	}
 
 	t.Run("one zone full", func(t *testing.T) {
-		ctx, ns := newNamespace(t)
+		ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 		if err := env.SetCapacity(ctx, "z3", 0); err != nil {
 			t.Fatal(err)
 		}
@@ -168,8 +168,8 @@ func TestSpreadAcrossZones(t *testing.T) {
 		before := mustNamespaceVolumes(t, ctx, ns)
 		for i := 0; i < 3; i++ {
 			claim := fmt.Sprintf("data-db-%d", i)
-			newPVC(t, ctx, ns, claim, class)
-			newPod(t, ctx, ns, fmt.Sprintf("db-%d", i), podOpts{claims: []string{claim}, antiAffinityLabel: "db"})
+			lab.NewClaim(t, ctx, env.Cluster, ns, claim, class, gi)
+			lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("db-%d", i), lab.PodOptions{Claims: []string{claim}, AntiAffinityLabel: "db"})
 		}
 		var bound, pending []string
 		err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
@@ -192,10 +192,10 @@ func TestSpreadAcrossZones(t *testing.T) {
 		}
 		// The third claim keeps being sent back to the scheduler: z3 is full.
 		err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-			return strings.Contains(eventsOf(ctx, ns, "PersistentVolumeClaim", pending[0]), "asking the scheduler to pick another node"), nil
+			return strings.Contains(lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", pending[0]), "asking the scheduler to pick another node"), nil
 		})
 		if err != nil {
-			t.Errorf("no reschedule event on %s:%s", pending[0], eventsOf(ctx, ns, "PersistentVolumeClaim", pending[0]))
+			t.Errorf("no reschedule event on %s:%s", pending[0], lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", pending[0]))
 		}
 		// Each attempt for the pending claim may briefly create a volume in
 		// another zone before deleting it; in between, exactly the two bound
@@ -218,15 +218,15 @@ func TestSpreadAcrossZones(t *testing.T) {
 // Scenario 6: one pod with two claims of two classes: both volumes in the
 // node's zone.
 func TestTwoClaimsTwoClasses(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	a := newClass(t, ctx, ns+"-a", classOpts{})
-	b := newClass(t, ctx, ns+"-b", classOpts{reclaim: v1.PersistentVolumeReclaimRetain})
-	newPVC(t, ctx, ns, "a", a)
-	newPVC(t, ctx, ns, "b", b)
-	newPod(t, ctx, ns, "app", podOpts{claims: []string{"a", "b"}})
-	node := waitPodNode(t, ctx, ns, "app")
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	a := lab.NewClass(t, ctx, env.Cluster, ns+"-a", lab.ClassOptions{})
+	b := lab.NewClass(t, ctx, env.Cluster, ns+"-b", lab.ClassOptions{Reclaim: v1.PersistentVolumeReclaimRetain})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "a", a, gi)
+	lab.NewClaim(t, ctx, env.Cluster, ns, "b", b, gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "app", lab.PodOptions{Claims: []string{"a", "b"}})
+	node := lab.WaitPodNode(t, ctx, env.Cluster, ns, "app")
 	for _, c := range []string{"a", "b"} {
-		pv := waitBound(t, ctx, ns, c)
+		pv := lab.WaitBound(t, ctx, env.Cluster, ns, c)
 		if z := volumeOf(t, ctx, pv).Segment[zoneKey]; z != env.Nodes[node] {
 			t.Errorf("claim %s in %s, pod's node %s in %s", c, z, node, env.Nodes[node])
 		}
@@ -236,34 +236,34 @@ func TestTwoClaimsTwoClasses(t *testing.T) {
 // Scenario 7: the selected zone is full: the claim goes back to the
 // scheduler, and once the pod may go elsewhere it is provisioned there.
 func TestSelectedZoneFull(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Code: "ResourceExhausted",
 		Message: "zone z1 is full", Segment: map[string]string{"zone": "z1"}}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
-	newPVC(t, ctx, ns, "data", class)
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
 	// First the pod can only go to z1: the provisioner must hand the claim
 	// back to the scheduler.
-	newPod(t, ctx, ns, "first", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{zoneKey: "z1"}})
+	lab.NewPod(t, ctx, env.Cluster, ns, "first", lab.PodOptions{Claims: []string{"data"}, NodeSelector: map[string]string{zoneKey: "z1"}})
 	err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		return strings.Contains(eventsOf(ctx, ns, "PersistentVolumeClaim", "data"), "zone z1 is full"), nil
+		return strings.Contains(lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"), "zone z1 is full"), nil
 	})
 	if err != nil {
-		t.Fatalf("no event about the full zone:%s", eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
+		t.Fatalf("no event about the full zone:%s", lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"))
 	}
-	deletePod(t, ctx, ns, "first")
+	lab.DeletePod(t, ctx, env.Cluster, ns, "first")
 	// The stock scheduler knows nothing of capacity (the companion filter
 	// does), so it could pick z1 again and again: the second pod keeps out.
-	newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}, notInZone: "z1"})
-	pv := waitBound(t, ctx, ns, "data")
-	node := waitPodNode(t, ctx, ns, "second")
+	lab.NewPod(t, ctx, env.Cluster, ns, "second", lab.PodOptions{Claims: []string{"data"}, NotInZone: "z1"})
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
+	node := lab.WaitPodNode(t, ctx, env.Cluster, ns, "second")
 	z := volumeOf(t, ctx, pv).Segment[zoneKey]
 	if z == "z1" || z != env.Nodes[node] {
 		t.Errorf("volume in %s, pod on %s in %s; want a zone other than z1, the pod's", z, node, env.Nodes[node])
 	}
-	ev := eventsOf(ctx, ns, "PersistentVolumeClaim", "data")
+	ev := lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data")
 	for _, want := range []string{"asking the scheduler to pick another node", "Successfully provisioned"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("claim events lack %q:%s", want, ev)
@@ -275,8 +275,8 @@ func TestSelectedZoneFull(t *testing.T) {
 // driver: the claim is rescheduled, not stuck.
 func TestSelectedNodeGone(t *testing.T) {
 	t.Run("no CSINode entry", func(t *testing.T) {
-		ctx, ns := newNamespace(t)
-		class := newClass(t, ctx, ns+"-wffc", classOpts{})
+		ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+		class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 		if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-nocsi", Zone: "z2", Rack: "r1"}); err != nil {
 			t.Fatal(err)
 		}
@@ -286,22 +286,22 @@ func TestSelectedNodeGone(t *testing.T) {
 			_ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), "node-nocsi", metav1.DeleteOptions{})
 			delete(env.Nodes, "node-nocsi")
 		})
-		newPVC(t, ctx, ns, "data", class)
-		newPod(t, ctx, ns, "first", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{"kubernetes.io/hostname": "node-nocsi"}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, "first", lab.PodOptions{Claims: []string{"data"}, NodeSelector: map[string]string{"kubernetes.io/hostname": "node-nocsi"}})
 		err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-			return strings.Contains(eventsOf(ctx, ns, "PersistentVolumeClaim", "data"), "CSINodeMissing"), nil
+			return strings.Contains(lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"), "CSINodeMissing"), nil
 		})
 		if err != nil {
-			t.Fatalf("no CSINodeMissing event:%s", eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
+			t.Fatalf("no CSINodeMissing event:%s", lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"))
 		}
-		deletePod(t, ctx, ns, "first")
+		lab.DeletePod(t, ctx, env.Cluster, ns, "first")
 		// The stock scheduler knows nothing of CSINode entries and keeps
 		// preferring the empty node-nocsi (test/e2eplugin shows ours
 		// filtering it); what this test checks is the provisioner's side:
 		// the claim was handed back and is provisioned for the next node.
-		newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{"kubernetes.io/hostname": "node-z2-a"}})
-		pv := waitBound(t, ctx, ns, "data")
-		if node := waitPodNode(t, ctx, ns, "second"); node != "node-z2-a" {
+		lab.NewPod(t, ctx, env.Cluster, ns, "second", lab.PodOptions{Claims: []string{"data"}, NodeSelector: map[string]string{"kubernetes.io/hostname": "node-z2-a"}})
+		pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
+		if node := lab.WaitPodNode(t, ctx, env.Cluster, ns, "second"); node != "node-z2-a" {
 			t.Errorf("pod bound to %s, want node-z2-a", node)
 		}
 		if z := volumeOf(t, ctx, pv).Segment[zoneKey]; z != "z2" {
@@ -309,8 +309,8 @@ func TestSelectedNodeGone(t *testing.T) {
 		}
 	})
 	t.Run("node deleted", func(t *testing.T) {
-		ctx, ns := newNamespace(t)
-		class := newClass(t, ctx, ns+"-wffc", classOpts{})
+		ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+		class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 		env.StopProvisioner()
 		t.Cleanup(func() {
 			if env.Provisioner() == nil {
@@ -320,8 +320,8 @@ func TestSelectedNodeGone(t *testing.T) {
 		if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-doomed", Zone: "z3", Rack: "r2", Driver: true}); err != nil {
 			t.Fatal(err)
 		}
-		newPVC(t, ctx, ns, "data", class)
-		newPod(t, ctx, ns, "first", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{"kubernetes.io/hostname": "node-doomed"}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, "first", lab.PodOptions{Claims: []string{"data"}, NodeSelector: map[string]string{"kubernetes.io/hostname": "node-doomed"}})
 		err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 			pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 			return err == nil && pvc.Annotations["volume.kubernetes.io/selected-node"] == "node-doomed", nil
@@ -329,18 +329,18 @@ func TestSelectedNodeGone(t *testing.T) {
 		if err != nil {
 			t.Fatalf("scheduler did not select node-doomed: %v", err)
 		}
-		deletePod(t, ctx, ns, "first")
+		lab.DeletePod(t, ctx, env.Cluster, ns, "first")
 		if err := client.CoreV1().Nodes().Delete(ctx, "node-doomed", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		delete(env.Nodes, "node-doomed")
 		env.StopPublisher("node-doomed")
-		newPod(t, ctx, ns, "second", podOpts{claims: []string{"data"}})
+		lab.NewPod(t, ctx, env.Cluster, ns, "second", lab.PodOptions{Claims: []string{"data"}})
 		if err := env.StartProvisioner(); err != nil {
 			t.Fatal(err)
 		}
-		pv := waitBound(t, ctx, ns, "data")
-		node := waitPodNode(t, ctx, ns, "second")
+		pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
+		node := lab.WaitPodNode(t, ctx, env.Cluster, ns, "second")
 		if z := volumeOf(t, ctx, pv).Segment[zoneKey]; z != env.Nodes[node] {
 			t.Errorf("volume in %s, pod on %s in %s", z, node, env.Nodes[node])
 		}
@@ -350,12 +350,12 @@ func TestSelectedNodeGone(t *testing.T) {
 // Scenario 9: deleting a claim with reclaim policy Delete removes the PV and
 // the driver's volume; Retain keeps both.
 func TestDeleteAndRetain(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	del := newClass(t, ctx, ns+"-delete", classOpts{immediate: true})
-	keep := newClass(t, ctx, ns+"-retain", classOpts{immediate: true, reclaim: v1.PersistentVolumeReclaimRetain})
-	newPVC(t, ctx, ns, "gone", del)
-	newPVC(t, ctx, ns, "kept", keep)
-	gone, kept := waitBound(t, ctx, ns, "gone"), waitBound(t, ctx, ns, "kept")
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	del := lab.NewClass(t, ctx, env.Cluster, ns+"-delete", lab.ClassOptions{Immediate: true})
+	keep := lab.NewClass(t, ctx, env.Cluster, ns+"-retain", lab.ClassOptions{Immediate: true, Reclaim: v1.PersistentVolumeReclaimRetain})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "gone", del, gi)
+	lab.NewClaim(t, ctx, env.Cluster, ns, "kept", keep, gi)
+	gone, kept := lab.WaitBound(t, ctx, env.Cluster, ns, "gone"), lab.WaitBound(t, ctx, env.Cluster, ns, "kept")
 	for _, c := range []string{"gone", "kept"} {
 		if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, c, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -392,16 +392,16 @@ func TestDeleteAndRetain(t *testing.T) {
 // Scenario 10: with --strict-topology requisite = preferred = the node's
 // segment, as the driver recorded it.
 func TestStrictTopology(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	if err := env.StartProvisioner("--strict-topology"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.StartProvisioner() })
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
-	newPVC(t, ctx, ns, "data", class)
-	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}})
-	waitBound(t, ctx, ns, "data")
-	node := waitPodNode(t, ctx, ns, "app")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "app", lab.PodOptions{Claims: []string{"data"}})
+	lab.WaitBound(t, ctx, env.Cluster, ns, "data")
+	node := lab.WaitPodNode(t, ctx, env.Cluster, ns, "app")
 	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -441,27 +441,22 @@ func mapsEqual(a, b map[string]string) bool {
 // Scenario 11: kill -9 the provisioner while claims are pending: every claim
 // is Bound exactly once, with no duplicate or orphan volume.
 func TestProvisionerCrash(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(300 * time.Millisecond)}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
-	before, err := env.Volumes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 8
 	for i := 0; i < n; i++ {
-		newPVC(t, ctx, ns, fmt.Sprintf("data-%d", i), class)
-		newPod(t, ctx, ns, fmt.Sprintf("app-%d", i), podOpts{claims: []string{fmt.Sprintf("data-%d", i)}})
+		lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("data-%d", i), class, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("app-%d", i), lab.PodOptions{Claims: []string{fmt.Sprintf("data-%d", i)}})
 	}
 	// Kill the provisioner once the first volume exists.
-	err = env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		vols, err := env.Volumes(ctx)
-		return err == nil && len(vols) > len(before), nil
-	})
-	if err != nil {
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		got, err := namespaceVolumes(ctx, ns)
+		return err == nil && got > 0, nil
+	}); err != nil {
 		t.Fatalf("no volume created: %v", err)
 	}
 	env.Provisioner().Kill()
@@ -477,5 +472,5 @@ func TestProvisionerCrash(t *testing.T) {
 		}
 		_ = env.StartProvisioner()
 	})
-	waitExactlyOnce(t, ctx, ns, n, len(before))
+	waitExactlyOnce(t, ctx, ns, n)
 }

@@ -51,7 +51,7 @@ var upstreamMetrics = []struct {
 // names, and they count what happened: one claim provisioned after one
 // failed CreateVolume, then deleted after one failed DeleteVolume.
 func TestUpstreamMetricsParity(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	addr, err := lab.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestUpstreamMetricsParity(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.StartProvisioner() })
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	if err := env.SetFaults(ctx, []faults.Rule{
 		{Method: "CreateVolume", Code: "Internal", Count: 1},
 		{Method: "DeleteVolume", Code: "Internal", Count: 1},
@@ -70,14 +70,14 @@ func TestUpstreamMetricsParity(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
-	newPVC(t, ctx, ns, "data", class)
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
 	// Zone z1, with room: other tests of the package leave segments full
 	// and extra nodes behind (stock_test.go's node-slot).
 	if err := env.SetCapacity(ctx, "z1", 100*gi); err != nil {
 		t.Fatal(err)
 	}
-	newPod(t, ctx, ns, "app", podOpts{claims: []string{"data"}, nodeSelector: map[string]string{lab.ZoneKey: "z1"}})
-	pv := waitBound(t, ctx, ns, "data").Name
+	lab.NewPod(t, ctx, env.Cluster, ns, "app", lab.PodOptions{Claims: []string{"data"}, NodeSelector: map[string]string{lab.ZoneKey: "z1"}})
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data").Name
 	zero := int64(0)
 	if err := client.CoreV1().Pods(ns).Delete(ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
@@ -101,11 +101,11 @@ func TestUpstreamMetricsParity(t *testing.T) {
 		if err != nil {
 			return false, nil
 		}
-		goal := value(m, "csistoragecapacities_desired_goal", nil)
-		return value(m, "controller_persistentvolume_delete_total", map[string]string{"class": class}) >= 1 &&
-			goal > 0 && value(m, "csistoragecapacities_desired_current", nil) == goal, nil
+		goal := lab.MetricValue(m, "csistoragecapacities_desired_goal", nil)
+		return lab.MetricValue(m, "controller_persistentvolume_delete_total", map[string]string{"class": class}) >= 1 &&
+			goal > 0 && lab.MetricValue(m, "csistoragecapacities_desired_current", nil) == goal, nil
 	})
-	m := scrape(t, ctx, url)
+	m := lab.MustScrape(t, ctx, url)
 	for _, want := range upstreamMetrics {
 		samples := m[want.metric]
 		if len(samples) == 0 {
@@ -156,11 +156,11 @@ func checkUpstreamValues(t *testing.T, ctx context.Context, m testutil.Metrics, 
 		{"workqueue_adds_total", map[string]string{"name": "claims"}, 1, 1e9},
 		{"workqueue_adds_total", map[string]string{"name": "volumes"}, 1, 1e9},
 	} {
-		if got := value(m, c.metric, c.labels); got < c.min || got > c.max {
+		if got := lab.MetricValue(m, c.metric, c.labels); got < c.min || got > c.max {
 			t.Errorf("%s %v = %v, want [%v, %v]", c.metric, c.labels, got, c.min, c.max)
 		}
 	}
-	if goal, current := value(m, "csistoragecapacities_desired_goal", nil), value(m, "csistoragecapacities_desired_current", nil); current != goal {
+	if goal, current := lab.MetricValue(m, "csistoragecapacities_desired_goal", nil), lab.MetricValue(m, "csistoragecapacities_desired_current", nil); current != goal {
 		t.Errorf("csistoragecapacities_desired_current = %v, want the goal %v once the objects are made", current, goal)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // z1, although the pod prefers z2: the claim is selected for a z1 node the
 // first time.
 func TestExtenderCloneLandsInSourceZone(t *testing.T) {
-	ctx, ns := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "x-")
 	env.StaticSourceClaim(t, ctx, ns, ns, "src", "z1", 1<<30)
 	env.CloneClaimAndPod(t, ctx, ns, ns, "clone", "src", "z2", 1<<30)
 	t.Cleanup(func() {

@@ -13,7 +13,7 @@ import (
 // stock scheduler's next cluster event or periodic flush: extenders cannot
 // requeue.)
 func TestDriverSilenceFiltered(t *testing.T) {
-	ctx, ns := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "x-")
 	env.EnsureRoom(t, ctx, ns, "z2", 10<<30)
 	h := env.AddHeartbeatNode(t, ctx, "node-silent", "z2", 4*time.Second)
 	out := env.DriverSilence(t, ctx, ns, ns, h, false)

@@ -17,7 +17,7 @@ import (
 // of zone z1, used by a pod that prefers z2, is selected for a z1 node the
 // first time: the extender picked the API up without a restart.
 func TestExtenderSnapshotCRDsInstalledLate(t *testing.T) {
-	ctx, ns := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "x-")
 	if err := env.Cluster.InstallSnapshotCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestNewClassBurstSpreads(t *testing.T) {
 const slowCapacity = 2 * time.Second
 
 func newClassBurst(t *testing.T, podsFirst bool) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	const pods = 6
 	nodesOfClass := nl.Names[:3]
 	class := ns
@@ -91,16 +91,16 @@ func newClassBurst(t *testing.T, podsFirst bool) {
 		createPods()
 	}
 	t.Logf("class and %d pods created in %s", pods, time.Since(start).Round(time.Millisecond))
-	waitBound(t, ctx, ns, names)
+	waitAllBound(t, ctx, ns, names)
 	perNode := map[string]int{}
 	for _, name := range names {
-		perNode[waitPodNode(t, ctx, ns, name)]++
+		perNode[lab.WaitPodNode(t, ctx, nl.Cluster, ns, name)]++
 	}
 	t.Logf("pods per node: %s; capacity objects published after the class: %s", countBy(perNode), seen.since(start))
 	for _, node := range nodesOfClass {
 		if perNode[node] == 0 || perNode[node] == pods {
 			t.Errorf("the burst of %d pods landed %s on the class's nodes %v: want every node to get at least one, none all\n%s",
-				pods, countBy(perNode), nodesOfClass, describe(ctx, ns))
+				pods, countBy(perNode), nodesOfClass, lab.Describe(ctx, nl.Cluster, ns))
 			break
 		}
 	}

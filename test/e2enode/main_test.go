@@ -17,10 +17,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
@@ -61,8 +59,7 @@ const (
 	classWFFC      = "nodelocal-wffc"
 	classImmediate = "nodelocal-immediate"
 
-	annSelectedNode = "volume.kubernetes.io/selected-node"
-	timeout         = lab.WorkloadTimeout
+	timeout = lab.WorkloadTimeout
 )
 
 var (
@@ -104,33 +101,16 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// newNamespace creates a namespace for one test. At cleanup it deletes the
-// namespace's StatefulSets and pods (at once: no kubelet ends them), then
-// the namespace, and waits until the PVs of its claims are gone: each node's
-// provisioner deletes its node's volumes, and the next test starts with
-// every node's capacity back.
-func newNamespace(t *testing.T) (context.Context, string) {
-	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	name := "e2enode-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	name = strings.TrimRight(name, "-")
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteNamespace(t, context.WithoutCancel(ctx), name) })
-	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("default ServiceAccount in %s: %v", name, err)
-	}
-	return ctx, name
+// deleteNamespace is the cleanup of lab.NewNamespaceCleanup for this
+// package: it deletes the namespace's StatefulSets and pods (at once: no
+// kubelet ends them), then the namespace, and waits until the PVs of its
+// claims are gone: each node's provisioner deletes its node's volumes, and
+// the next test starts with every node's capacity back.
+func deleteNamespace(t *testing.T) func(ctx context.Context, ns string) {
+	return func(ctx context.Context, ns string) { deleteNamespaceNow(t, ctx, ns) }
 }
 
-func deleteNamespace(t *testing.T, ctx context.Context, ns string) {
+func deleteNamespaceNow(t *testing.T, ctx context.Context, ns string) {
 	t.Helper()
 	_ = client.AppsV1().StatefulSets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
@@ -194,24 +174,6 @@ func deleteNamespace(t *testing.T, ctx context.Context, ns string) {
 	}
 }
 
-// newClaim creates a claim of class with size bytes and annotations.
-func newClaim(t *testing.T, ctx context.Context, ns, name, class string, size int64, annotations map[string]string) *v1.PersistentVolumeClaim {
-	t.Helper()
-	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
-		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pvc
-}
-
-// volumeName is the CSI volume name csi-provisioner gives a claim's volume
-// (--volume-name-prefix=pvc, whole UID).
-func volumeName(pvc *v1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
-
 // pvNode returns the node a node-local PV's nodeAffinity names: it must be
 // exactly one term with exactly one requirement, kubernetes.io/hostname In
 // one node.
@@ -267,9 +229,9 @@ func boundClaims(ctx context.Context, ns string) (map[string]bound, error) {
 	return out, nil
 }
 
-// waitBound waits until the named claims of ns are all Bound and returns
+// waitAllBound waits until the named claims of ns are all Bound and returns
 // them with their PVs.
-func waitBound(t *testing.T, ctx context.Context, ns string, names []string) map[string]bound {
+func waitAllBound(t *testing.T, ctx context.Context, ns string, names []string) map[string]bound {
 	t.Helper()
 	var got map[string]bound
 	start := time.Now()
@@ -285,27 +247,10 @@ func waitBound(t *testing.T, ctx context.Context, ns string, names []string) map
 		}
 		return true, nil
 	}); err != nil {
-		t.Fatalf("%d of %d claims of %s Bound: %v\n%s", len(got), len(names), ns, err, describe(ctx, ns))
+		t.Fatalf("%d of %d claims of %s Bound: %v\n%s", len(got), len(names), ns, err, lab.Describe(ctx, nl.Cluster, ns))
 	}
 	t.Logf("%d claims Bound in %s", len(names), time.Since(start).Round(100*time.Millisecond))
 	return got
-}
-
-// waitPodNode waits until the pod is on a node and returns the node.
-func waitPodNode(t *testing.T, ctx context.Context, ns, name string) string {
-	t.Helper()
-	var node string
-	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		node = pod.Spec.NodeName
-		return node != "", nil
-	}); err != nil {
-		t.Fatalf("pod %s/%s not on a node: %v\n%s", ns, name, err, describe(ctx, ns))
-	}
-	return node
 }
 
 // callsByVolume indexes the drivers' CreateVolume records: volume name ->
@@ -328,79 +273,6 @@ func callsByVolume(t *testing.T, ctx context.Context) map[string]map[string][]dr
 	return out
 }
 
-// podScheduled returns the pod's PodScheduled condition, nil without one.
-func podScheduled(pod *v1.Pod) *v1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == v1.PodScheduled {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-// waitEvent waits for an event of reason and type on the object name of
-// ns whose message contains every one of parts, and returns its message.
-func waitEvent(t *testing.T, ctx context.Context, ns, name, reason, typ string, parts ...string) string {
-	t.Helper()
-	var msg string
-	var seen []string
-	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
-		if err != nil {
-			return false, nil
-		}
-		seen = seen[:0]
-	events:
-		for _, e := range events.Items {
-			seen = append(seen, e.Type+": "+e.Message)
-			if e.Type != typ {
-				continue
-			}
-			for _, p := range parts {
-				if !strings.Contains(e.Message, p) {
-					continue events
-				}
-			}
-			msg = e.Message
-			return true, nil
-		}
-		return false, nil
-	}); err != nil {
-		t.Errorf("no %s event %s on %s/%s with %q: %v (seen: %q)", typ, reason, ns, name, parts, err, seen)
-	}
-	return msg
-}
-
-// describe sums up the namespace's pods, claims and warning events for a
-// failure message.
-func describe(ctx context.Context, ns string) string {
-	var b strings.Builder
-	if pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, p := range pods.Items {
-			fmt.Fprintf(&b, "  pod %s: node %q", p.Name, p.Spec.NodeName)
-			if c := podScheduled(&p); c != nil && c.Status != v1.ConditionTrue {
-				fmt.Fprintf(&b, ", %s: %s", c.Reason, c.Message)
-			}
-			b.WriteByte('\n')
-		}
-	}
-	if pvcs, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, c := range pvcs.Items {
-			fmt.Fprintf(&b, "  claim %s: %s, selected-node %q, volume %q\n", c.Name, c.Status.Phase, c.Annotations[annSelectedNode], c.Spec.VolumeName)
-		}
-	}
-	if events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"}); err == nil {
-		sort.Slice(events.Items, func(i, j int) bool { return events.Items[i].LastTimestamp.Before(&events.Items[j].LastTimestamp) })
-		if n := len(events.Items); n > 30 {
-			events.Items = events.Items[n-30:]
-		}
-		for _, e := range events.Items {
-			fmt.Fprintf(&b, "  event %s %s/%s (x%d): %s\n", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Count, e.Message)
-		}
-	}
-	return b.String()
-}
-
 // countBy returns "a:2 b:1" for a map of counts, sorted by key.
 func countBy(m map[string]int) string {
 	keys := make([]string, 0, len(m))
@@ -413,4 +285,14 @@ func countBy(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// podScheduled returns the pod's PodScheduled condition, nil without one.
+func podScheduled(pod *v1.Pod) *v1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == v1.PodScheduled {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
 }

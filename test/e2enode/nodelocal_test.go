@@ -25,7 +25,7 @@ import (
 // node, made by that node's driver; no other node's driver was asked for
 // it.
 func TestStatefulSetNodeLocal(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	const replicas = 12
 	labels := map[string]string{"app": "web"}
 	ss := &appsv1.StatefulSet{
@@ -55,17 +55,17 @@ func TestStatefulSetNodeLocal(t *testing.T) {
 	for i := 0; i < replicas; i++ {
 		claims = append(claims, fmt.Sprintf("data-web-%d", i))
 	}
-	got := waitBound(t, ctx, ns, claims)
+	got := waitAllBound(t, ctx, ns, claims)
 
 	perNode := map[string]int{}
 	claimNode := map[string]string{} // volume name -> the node of its pod
 	for i := 0; i < replicas; i++ {
 		pod := fmt.Sprintf("web-%d", i)
-		node := waitPodNode(t, ctx, ns, pod)
+		node := lab.WaitPodNode(t, ctx, nl.Cluster, ns, pod)
 		perNode[node]++
 		b := got[claims[i]]
-		claimNode[volumeName(b.claim)] = node
-		if sel := b.claim.Annotations[annSelectedNode]; sel != node {
+		claimNode[lab.VolumeName(b.claim)] = node
+		if sel := b.claim.Annotations[lab.AnnSelectedNode]; sel != node {
 			t.Errorf("claim %s: selected-node %q, its pod %s is on %s", claims[i], sel, pod, node)
 		}
 		if pvn, err := pvNode(b.pv); err != nil {
@@ -79,12 +79,12 @@ func TestStatefulSetNodeLocal(t *testing.T) {
 		}
 		found := false
 		for _, v := range vols {
-			if v.ID == b.pv.Spec.CSI.VolumeHandle && v.Name == volumeName(b.claim) {
+			if v.ID == b.pv.Spec.CSI.VolumeHandle && v.Name == lab.VolumeName(b.claim) {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("claim %s: the driver of %s has no volume %s (%s)", claims[i], node, b.pv.Spec.CSI.VolumeHandle, volumeName(b.claim))
+			t.Errorf("claim %s: the driver of %s has no volume %s (%s)", claims[i], node, b.pv.Spec.CSI.VolumeHandle, lab.VolumeName(b.claim))
 		}
 	}
 	t.Logf("pods per node: %s", countBy(perNode))
@@ -114,21 +114,21 @@ func TestStatefulSetNodeLocal(t *testing.T) {
 // node, and exactly one CreateVolume was made for each, over all drivers,
 // on the driver of the node the winner wrote into the claim.
 func TestImmediateExactlyOnce(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	const n = 50
 	var names []string
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("imm-%02d", i)
-		newClaim(t, ctx, ns, name, classImmediate, gi, nil)
+		lab.NewClaim(t, ctx, nl.Cluster, ns, name, classImmediate, gi)
 		names = append(names, name)
 	}
-	got := waitBound(t, ctx, ns, names)
+	got := waitAllBound(t, ctx, ns, names)
 
 	calls := callsByVolume(t, ctx)
 	perNode := map[string]int{}
 	for _, name := range names {
 		b := got[name]
-		vol, sel := volumeName(b.claim), b.claim.Annotations[annSelectedNode]
+		vol, sel := lab.VolumeName(b.claim), b.claim.Annotations[lab.AnnSelectedNode]
 		if sel == "" {
 			t.Errorf("claim %s: Bound without selected-node", name)
 		}
@@ -165,7 +165,7 @@ func TestImmediateExactlyOnce(t *testing.T) {
 // in the pod's condition and a FailedScheduling event; once the driver is
 // back the node takes pods again, and its provisioner provisions for them.
 func TestDriverKilledClaimHandedBack(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	n := nl.Node(nl.Names[2])
 	t.Cleanup(func() {
 		if err := n.EnsureDriver(); err != nil {
@@ -198,7 +198,7 @@ func TestDriverKilledClaimHandedBack(t *testing.T) {
 		}
 		// The scheduler selected the node for the claim just before the
 		// driver died (the stock annotation, written as kube-scheduler does).
-		handback = newClaim(t, ctx, ns, "handback", classWFFC, gi, map[string]string{annSelectedNode: n.Name})
+		handback = lab.NewClaim(t, ctx, nl.Cluster, ns, "handback", classWFFC, gi, func(c *v1.PersistentVolumeClaim) { c.Annotations = map[string]string{lab.AnnSelectedNode: n.Name} })
 		nl.PodPreferring(t, ctx, ns, "handback", v1.LabelHostname, n.Name)
 		var sel string
 		if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
@@ -206,22 +206,22 @@ func TestDriverKilledClaimHandedBack(t *testing.T) {
 			if err != nil {
 				return false, nil
 			}
-			sel = pvc.Annotations[annSelectedNode]
+			sel = pvc.Annotations[lab.AnnSelectedNode]
 			return sel != "" && sel != n.Name, nil
 		}); err != nil {
-			t.Fatalf("claim handback still selected for %q, not handed back from %s: %v\n%s", sel, n.Name, err, describe(ctx, ns))
+			t.Fatalf("claim handback still selected for %q, not handed back from %s: %v\n%s", sel, n.Name, err, lab.Describe(ctx, nl.Cluster, ns))
 		}
 		other = sel
-		b := waitBound(t, ctx, ns, []string{"handback"})["handback"]
+		b := waitAllBound(t, ctx, ns, []string{"handback"})["handback"]
 		if pvn, err := pvNode(b.pv); err != nil {
 			t.Error(err)
 		} else if pvn != other {
 			t.Errorf("claim handback selected for %s, its PV on %s", other, pvn)
 		}
-		if node := waitPodNode(t, ctx, ns, "handback"); node != other {
+		if node := lab.WaitPodNode(t, ctx, nl.Cluster, ns, "handback"); node != other {
 			t.Errorf("pod handback on %s, its claim selected for %s", node, other)
 		}
-		msg := waitEvent(t, ctx, ns, "handback", "ProvisioningFailed", v1.EventTypeWarning, n.Name)
+		msg := lab.WaitEvent(t, ctx, nl.Cluster, ns, "handback", "Warning ProvisioningFailed:", n.Name)
 		t.Logf("claim handed back from %s to %s; event: %s", n.Name, other, msg)
 		if p := n.Provisioner(); p.Exited() {
 			t.Errorf("the provisioner of %s exited when its driver died: %v (log %s)", n.Name, p.Wait(), p.LogPath())
@@ -238,7 +238,7 @@ func TestDriverKilledClaimHandedBack(t *testing.T) {
 	if handback == nil {
 		return
 	}
-	vol := volumeName(handback)
+	vol := lab.VolumeName(handback)
 	vols, err := nl.Volumes(ctx, n.Name)
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +294,7 @@ func TestFullNodeBurst(t *testing.T) {
 			}
 		}
 	})
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	const perNode, pods = 2, 30
 	size := gi
 	for _, node := range nl.Names {
@@ -342,7 +342,7 @@ func TestFullNodeBurst(t *testing.T) {
 		placed, rejected = burstState(ctx, ns, names)
 		return placed == room && rejected == pods-room, nil
 	}); err != nil {
-		t.Fatalf("%d pods placed (want %d), %d Pending for capacity (want %d): %v\n%s", placed, room, rejected, pods-room, err, describe(ctx, ns))
+		t.Fatalf("%d pods placed (want %d), %d Pending for capacity (want %d): %v\n%s", placed, room, rejected, pods-room, err, lab.Describe(ctx, nl.Cluster, ns))
 	}
 	t.Logf("%d placed, %d Pending for capacity after %s", placed, rejected, time.Since(start).Round(100*time.Millisecond))
 	// One more scheduling cycle after the burst settled: a new pod is
@@ -359,7 +359,7 @@ func TestFullNodeBurst(t *testing.T) {
 		c := podScheduled(pod)
 		return c != nil && c.Status == v1.ConditionFalse && capacityReason.MatchString(c.Message), nil
 	}); err != nil {
-		t.Errorf("pod after-burst: %v\n%s", err, describe(ctx, ns))
+		t.Errorf("pod after-burst: %v\n%s", err, lab.Describe(ctx, nl.Cluster, ns))
 	}
 	if placed, rejected = burstState(ctx, ns, names); placed != room || rejected != pods-room {
 		t.Errorf("after one more cycle: %d placed, %d Pending for capacity; want %d and %d", placed, rejected, room, pods-room)
@@ -377,9 +377,9 @@ func TestFullNodeBurst(t *testing.T) {
 	}
 	for i := range pvcs.Items {
 		c := &pvcs.Items[i]
-		ours[volumeName(c)] = c.Name
-		if _, ok := got[c.Name]; !ok && c.Annotations[annSelectedNode] != "" {
-			t.Errorf("pending claim %s selected for %s", c.Name, c.Annotations[annSelectedNode])
+		ours[lab.VolumeName(c)] = c.Name
+		if _, ok := got[c.Name]; !ok && c.Annotations[lab.AnnSelectedNode] != "" {
+			t.Errorf("pending claim %s selected for %s", c.Name, c.Annotations[lab.AnnSelectedNode])
 		}
 	}
 	perNodeBound := map[string]int{}

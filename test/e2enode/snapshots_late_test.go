@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -22,7 +23,7 @@ import (
 // attempt failed. The scheduler says once in its log that the API is served
 // now.
 func TestSnapshotCRDsInstalledLate(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	if err := nl.Cluster.InstallSnapshotCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestSnapshotCRDsInstalledLate(t *testing.T) {
 				{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{"node-2"}}}}}}}}
 	}
 	nl.ClaimAndPodPreferring(t, ctx, ns, classWFFC, "src", gi, "", "", requireNode2)
-	src := waitBound(t, ctx, ns, []string{"src"})["src"]
+	src := waitAllBound(t, ctx, ns, []string{"src"})["src"]
 	if n := pvNodeOrErr(src.pv); n != "node-2" {
 		t.Fatalf("source volume on %s, want node-2", n)
 	}
@@ -51,11 +52,11 @@ func TestSnapshotCRDsInstalledLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	nl.PodPreferring(t, ctx, ns, "restore", v1.LabelHostname, "node-3")
-	got := waitBound(t, ctx, ns, []string{"restore"})["restore"]
+	got := waitAllBound(t, ctx, ns, []string{"restore"})["restore"]
 	if n := pvNodeOrErr(got.pv); n != "node-2" {
 		t.Errorf("restored volume on %s, want node-2 (the snapshot's source volume's node)", n)
 	}
-	if n := waitPodNode(t, ctx, ns, "restore"); n != "node-2" {
+	if n := lab.WaitPodNode(t, ctx, nl.Cluster, ns, "restore"); n != "node-2" {
 		t.Errorf("pod on %s, want node-2", n)
 	}
 	events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=restore"})

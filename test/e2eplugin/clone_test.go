@@ -15,7 +15,8 @@ import (
 // z2: the plugin keeps the pod off every node out of the source's reach,
 // so the claim is selected for a z1 node the first time.
 func TestCloneLandsInSourceZone(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	env.StaticSourceClaim(t, ctx, ns, class, "src", "z1", gi)
 	env.CloneClaimAndPod(t, ctx, ns, class, "clone", "src", "z2", gi)
 	t.Cleanup(func() {

@@ -11,7 +11,8 @@ import (
 // back, the pod the plugin rejected is activated and placed there, and so
 // is a new one.
 func TestDriverSilenceFiltered(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	env.EnsureRoom(t, ctx, class, "z3", 10*gi)
 	h := env.AddHeartbeatNode(t, ctx, "node-silent", "z3", 4*time.Second)
 	out := env.DriverSilence(t, ctx, ns, class, h, true)

@@ -19,10 +19,11 @@ import (
 // published, not only by kube-scheduler's 5-minute flush of unschedulable
 // pods: the plugin registers CSIStorageCapacity events (EventsToRegister).
 func TestPendingForCapacityRetriedWhenRoomAppears(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	// Larger than any zone's free capacity (at most 100 Gi in this lab).
 	const size = 150 * gi
-	claimAndPod(t, ctx, ns, class, "big", size, "")
+	env.ClaimAndPod(t, ctx, ns, class, "big", size, "")
 	var why string
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		pod, err := client.CoreV1().Pods(ns).Get(ctx, "big", metav1.GetOptions{})
@@ -88,7 +89,7 @@ func TestPendingForCapacityRetriedWhenRoomAppears(t *testing.T) {
 		t.Fatal("the mock driver has no segment in z2")
 	}
 	published := time.Now()
-	node, zone := waitPlaced(t, ctx, ns, "big")
+	node, zone := env.WaitPlaced(t, ctx, ns, "big")
 	took := time.Since(published)
 	t.Logf("placed on %s (volume in %s) %s after the driver had room", node, zone, took.Round(100*time.Millisecond))
 	if zone != "z2" {

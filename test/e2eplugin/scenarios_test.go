@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
@@ -17,38 +16,20 @@ import (
 
 const timeout = lab.WorkloadTimeout
 
-// setup creates a namespace and a WaitForFirstConsumer class for one test.
-func setup(t *testing.T) (context.Context, string, string) {
-	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	ns := strings.ToLower("p-" + t.Name())
-	env.NamespaceWithClass(t, ctx, ns)
-	return ctx, ns, ns
-}
-
-func claimAndPod(t *testing.T, ctx context.Context, ns, class, name string, size int64, preferNode string) {
-	t.Helper()
-	env.ClaimAndPod(t, ctx, ns, class, name, size, preferNode)
-}
-
-func waitPlaced(t *testing.T, ctx context.Context, ns, name string) (string, string) {
-	t.Helper()
-	return env.WaitPlaced(t, ctx, ns, name)
-}
-
 // A node without the driver is filtered, so a
 // pod that prefers it runs elsewhere. (The stock scheduler sends such a pod
 // there and it stays Pending: test/e2e TestSelectedNodeGone.)
 func TestNodeWithoutDriverFiltered(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-bare", Zone: "z1"}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		claimAndPod(t, ctx, ns, class, fmt.Sprintf("app-%d", i), gi, "node-bare")
+		env.ClaimAndPod(t, ctx, ns, class, fmt.Sprintf("app-%d", i), gi, "node-bare")
 	}
 	for i := 0; i < 3; i++ {
-		node, zone := waitPlaced(t, ctx, ns, fmt.Sprintf("app-%d", i))
+		node, zone := env.WaitPlaced(t, ctx, ns, fmt.Sprintf("app-%d", i))
 		if node == "node-bare" || zone != env.Nodes[node] {
 			t.Errorf("app-%d on %s (zone %s), volume in %s", i, node, env.Nodes[node], zone)
 		}
@@ -58,7 +39,8 @@ func TestNodeWithoutDriverFiltered(t *testing.T) {
 // A claim still being provisioned for a node
 // counts against the node's attach limit, so a second pod does not go there.
 func TestPendingClaimCountsAgainstLimit(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-one", Zone: "z3", Driver: true, MaxVolumes: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -66,18 +48,18 @@ func TestPendingClaimCountsAgainstLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
-	claimAndPod(t, ctx, ns, class, "first", gi, "node-one")
+	env.ClaimAndPod(t, ctx, ns, class, "first", gi, "node-one")
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "first", metav1.GetOptions{})
 		return err == nil && pvc.Annotations["volume.kubernetes.io/selected-node"] == "node-one", nil
 	}); err != nil {
 		t.Fatalf("first claim not selected for node-one: %v", err)
 	}
-	claimAndPod(t, ctx, ns, class, "second", gi, "node-one")
-	if node, _ := waitPlaced(t, ctx, ns, "first"); node != "node-one" {
+	env.ClaimAndPod(t, ctx, ns, class, "second", gi, "node-one")
+	if node, _ := env.WaitPlaced(t, ctx, ns, "first"); node != "node-one" {
 		t.Errorf("first on %s, want node-one", node)
 	}
-	if node, _ := waitPlaced(t, ctx, ns, "second"); node == "node-one" {
+	if node, _ := env.WaitPlaced(t, ctx, ns, "second"); node == "node-one" {
 		t.Error("second pod placed on node-one although its only attach slot is taken by a pending claim")
 	}
 }
@@ -85,7 +67,8 @@ func TestPendingClaimCountsAgainstLimit(t *testing.T) {
 // The selected node is deleted between Filter
 // and provisioning: the claim is rescheduled and provisioned elsewhere.
 func TestNodeDeletedBeforeProvisioning(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-doomed", Zone: "z1", Driver: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +78,7 @@ func TestNodeDeletedBeforeProvisioning(t *testing.T) {
 			_ = env.StartProvisioner()
 		}
 	})
-	claimAndPod(t, ctx, ns, class, "first", gi, "node-doomed")
+	env.ClaimAndPod(t, ctx, ns, class, "first", gi, "node-doomed")
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "first", metav1.GetOptions{})
 		return err == nil && pvc.Annotations["volume.kubernetes.io/selected-node"] == "node-doomed", nil
@@ -110,19 +93,20 @@ func TestNodeDeletedBeforeProvisioning(t *testing.T) {
 	if err := env.StartProvisioner(); err != nil {
 		t.Fatal(err)
 	}
-	node, zone := waitPlaced(t, ctx, ns, "first")
+	node, zone := env.WaitPlaced(t, ctx, ns, "first")
 	if node == "node-doomed" || zone != env.Nodes[node] {
 		t.Errorf("first on %s (zone %s), volume in %s", node, env.Nodes[node], zone)
 	}
 }
 
-// Ours (test/e2e TestStockBurstOvercommits runs the same burst with the
+// Ours (test/e2estock TestStockBurstOvercommits runs the same burst with the
 // stock scheduler): with capacity tracking on, 20 pods x
 // 10 Gi preferring z1, against zones of 60, 60 and 100 Gi free. Every pod
 // runs, at most six volumes go to z1, no zone is over capacity, the driver
 // never answers RESOURCE_EXHAUSTED and no claim is sent back.
 func TestPreferredBurst(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	env.EnableStorageCapacity(t, ctx)
 	b := lab.StandardBurst
 	res := env.RunBurst(t, ctx, ns, class, b)
@@ -134,7 +118,8 @@ func TestPreferredBurst(t *testing.T) {
 // The same burst without a zone preference, last because it
 // fills the zones: the same burst spread by our score alone.
 func TestBurstRespectsCapacity(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	b := lab.StandardBurst
 	b.Prefer = ""
 	res := env.RunBurst(t, ctx, ns, class, b)
@@ -146,10 +131,11 @@ func TestBurstRespectsCapacity(t *testing.T) {
 // claim, selected for a one-slot node in a scheduling cycle that ended with
 // the restart (and its pod deleted and created again meanwhile), still
 // counts against the node's limit, so the second pod is refused and the
-// first pod runs there. (Stock: test/e2e
+// first pod runs there. (Stock: test/e2estock
 // TestStockForgetsPendingClaimAcrossRestart.)
 func TestPendingClaimCountsAcrossRestart(t *testing.T) {
-	ctx, ns, class := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "p-")
+	class := ns
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-slot", Zone: "z2", Driver: true, MaxVolumes: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +147,7 @@ func TestPendingClaimCountsAcrossRestart(t *testing.T) {
 	if !strings.Contains(out.SecondUnschedulable, string(scheduler.ReasonVolumeLimitExceeded)) {
 		t.Errorf("second pod unschedulable with %q, want the reason %s", out.SecondUnschedulable, scheduler.ReasonVolumeLimitExceeded)
 	}
-	if node, _ := waitPlaced(t, ctx, ns, "first"); node != "node-slot" {
+	if node, _ := env.WaitPlaced(t, ctx, ns, "first"); node != "node-slot" {
 		t.Errorf("first on %s, want node-slot", node)
 	}
 }

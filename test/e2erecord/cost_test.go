@@ -13,10 +13,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
 // costClaims is how many claims TestRequestsPerVolume provisions.
@@ -88,8 +88,8 @@ func describe(counts map[string]int, n int) string {
 // and no bound claim keeps the finalizer. A deleted claim and its volume
 // cost at most 2 (the PV's delete and the PATCH of its finalizer).
 func TestRequestsPerVolume(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, "rec-cost", storagev1.VolumeBindingImmediate)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "rec-")
+	class := lab.NewClass(t, ctx, env.Cluster, "rec-cost", lab.ClassOptions{Immediate: true})
 	if err := env.StartProvisioner("-v=6"); err != nil {
 		t.Fatal(err)
 	}
@@ -99,13 +99,13 @@ func TestRequestsPerVolume(t *testing.T) {
 		}
 	})
 	log := env.Provisioner().LogPath()
-	logHas(t, ctx, log, "Starting provisioner controller")
+	lab.WaitLogged(t, ctx, env.Cluster, log, "Starting provisioner controller")
 	time.Sleep(2 * time.Second) // the informers' initial lists are done
 	_, offset := requestCounts(t, log, 0)
 
 	var claims []*v1.PersistentVolumeClaim
 	for i := range costClaims {
-		claims = append(claims, newClaim(t, ctx, ns, fmt.Sprintf("c%02d", i), class))
+		claims = append(claims, lab.NewClaim(t, ctx, env.Cluster, ns, fmt.Sprintf("c%02d", i), class, 1<<30))
 	}
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		list, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})

@@ -14,17 +14,12 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
@@ -57,55 +52,6 @@ func TestMain(m *testing.M) {
 		return err
 	}))
 }
-
-// newNamespace creates a namespace for one test and deletes it afterwards.
-func newNamespace(t *testing.T) (context.Context, string) {
-	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	name := "rec-" + strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
-	})
-	return ctx, name
-}
-
-// newClass creates a StorageClass of the mock driver (reclaim Delete).
-func newClass(t *testing.T, ctx context.Context, name string, mode storagev1.VolumeBindingMode) string {
-	t.Helper()
-	reclaim := v1.PersistentVolumeReclaimDelete
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: driverName,
-		VolumeBindingMode: &mode, ReclaimPolicy: &reclaim}
-	if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.StorageV1().StorageClasses().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
-	})
-	return name
-}
-
-// newClaim creates a 1 GiB claim and returns it.
-func newClaim(t *testing.T, ctx context.Context, ns, name, class string) *v1.PersistentVolumeClaim {
-	t.Helper()
-	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pvc
-}
-
-// volumeName is the CSI volume name csi-provisioner gives a claim.
-func volumeName(pvc *v1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
 
 // driverVolumes returns the mock driver's volumes named name.
 func driverVolumes(t *testing.T, ctx context.Context, name string) []state.Volume {
@@ -213,26 +159,6 @@ func setPVCreate(t *testing.T, ctx context.Context, allow bool) {
 	}
 	if _, err := client.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// logHas waits until the file at path has a line containing every one of
-// parts.
-func logHas(t *testing.T, ctx context.Context, path string, parts ...string) {
-	t.Helper()
-	if err := env.Cluster.WaitFor(ctx, timeout, func(context.Context) (bool, error) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return false, nil
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		t.Fatalf("no line with %q in %s: %v", parts, path, err)
 	}
 }
 

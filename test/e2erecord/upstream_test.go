@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
 // holdPVCreate revokes csi-provisioner's right to create PVs until the test
@@ -85,13 +85,13 @@ func wantEvent(t *testing.T, ctx context.Context, ns, reason string) {
 // provisioner's right to create PVs: the library then retries the PV create
 // in memory, where a kill loses it.
 func TestUpstream486KillBetweenCreateVolumeAndPV(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, "rec-486", storagev1.VolumeBindingImmediate)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "rec-")
+	class := lab.NewClass(t, ctx, env.Cluster, "rec-486", lab.ClassOptions{Immediate: true})
 	holdPVCreate(t, ctx)
-	pvc := newClaim(t, ctx, ns, "data", class)
-	name := volumeName(pvc)
+	pvc := lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, 1<<30)
+	name := lab.VolumeName(pvc)
 	vol := waitVolume(t, ctx, name)
-	logHas(t, ctx, env.Provisioner().LogPath(), "Failed to save volume", "pvc-"+string(pvc.UID))
+	lab.WaitLogged(t, ctx, env.Cluster, env.Provisioner().LogPath(), "Failed to save volume", "pvc-"+string(pvc.UID))
 
 	env.KillProvisioner()
 	deleteClaim(t, ctx, pvc)
@@ -115,16 +115,16 @@ func TestUpstream486KillBetweenCreateVolumeAndPV(t *testing.T) {
 // takes for success. The new volume must not stay without a PV (upstream
 // kubernetes-csi/external-provisioner#1469).
 func TestUpstream1469PVNameTaken(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, "rec-1469", storagev1.VolumeBindingImmediate)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "rec-")
+	class := lab.NewClass(t, ctx, env.Cluster, "rec-1469", lab.ClassOptions{Immediate: true})
 	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Latency: faults.Duration(4 * time.Second), Count: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
-	pvc := newClaim(t, ctx, ns, "data", class)
-	name := volumeName(pvc)
+	pvc := lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, 1<<30)
+	name := lab.VolumeName(pvc)
 	// The driver logs the request before the fault's delay.
-	logHas(t, ctx, env.ControllerLogPath(), "CSI request", "CreateVolume", name)
+	lab.WaitLogged(t, ctx, env.Cluster, env.ControllerLogPath(), "CSI request", "CreateVolume", name)
 
 	taken := &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + string(pvc.UID), Finalizers: []string{"e2erecord.example.com/hold"}},
@@ -165,11 +165,11 @@ func TestUpstream1469PVNameTaken(t *testing.T) {
 // sig-storage-lib-external-provisioner#152: rescheduling forgets the volume
 // of an earlier attempt).
 func TestUpstream1437CSINodeDeletedDuringProvisioning(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, "rec-1437", storagev1.VolumeBindingWaitForFirstConsumer)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "rec-")
+	class := lab.NewClass(t, ctx, env.Cluster, "rec-1437", lab.ClassOptions{})
 	node := "node-z1-a"
 	holdPVCreate(t, ctx)
-	pvc := newClaim(t, ctx, ns, "data", class)
+	pvc := lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, 1<<30)
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app"}, Spec: v1.PodSpec{
 		Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
 		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
@@ -181,9 +181,9 @@ func TestUpstream1437CSINodeDeletedDuringProvisioning(t *testing.T) {
 	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	name := volumeName(pvc)
+	name := lab.VolumeName(pvc)
 	vol := waitVolume(t, ctx, name)
-	logHas(t, ctx, env.Provisioner().LogPath(), "Failed to save volume", "pvc-"+string(pvc.UID))
+	lab.WaitLogged(t, ctx, env.Cluster, env.Provisioner().LogPath(), "Failed to save volume", "pvc-"+string(pvc.UID))
 
 	// The node's driver goes away while the volume waits for its PV.
 	env.StopPublisher(node)
@@ -200,7 +200,7 @@ func TestUpstream1437CSINodeDeletedDuringProvisioning(t *testing.T) {
 	if err := env.StartProvisioner(); err != nil {
 		t.Fatal(err)
 	}
-	logHas(t, ctx, env.Provisioner().LogPath(), "Returning claim to the scheduler", ns+"/"+pvc.Name)
+	lab.WaitLogged(t, ctx, env.Cluster, env.Provisioner().LogPath(), "Returning claim to the scheduler", ns+"/"+pvc.Name)
 	t.Logf("volume %s (%s) made for %s; CSINode deleted; claim handed back to the scheduler", name, vol.ID, node)
 
 	if err := client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {

@@ -35,11 +35,11 @@ func zoneOf(pv *v1.PersistentVolume) string {
 }
 
 // source makes a Bound claim "src" of size in zone z1 and returns its PV.
-func source(t *testing.T, ctx context.Context, ns, size string) *v1.PersistentVolume {
+func source(t *testing.T, ctx context.Context, ns string, size int64) *v1.PersistentVolume {
 	t.Helper()
-	class := immediateClass(t, ctx, ns+"-z1", "z1")
-	claim(t, ctx, ns, "src", class, size, nil)
-	pv := waitBound(t, ctx, ns, "src")
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-z1", lab.ClassOptions{Immediate: true, Zones: []string{"z1"}})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "src", class, size)
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "src")
 	if z := zoneOf(pv); z != "z1" {
 		t.Fatalf("source volume in zone %q, want z1", z)
 	}
@@ -50,13 +50,13 @@ func source(t *testing.T, ctx context.Context, ns, size string) *v1.PersistentVo
 // made from the source (the mock records the content source) in the
 // source's zone; the source's protection finalizer is gone afterwards.
 func TestCloneIntoSameAndOtherClass(t *testing.T) {
-	ctx, ns := setup(t)
-	src := source(t, ctx, ns, "1Gi")
-	other := immediateClass(t, ctx, ns+"-any", "")
-	claim(t, ctx, ns, "same-class", *srcClass(t, ctx, ns), "1Gi", cloneOf("src"))
-	claim(t, ctx, ns, "other-class", other, "2Gi", cloneOf("src"))
+	ctx, ns := env.TestNamespaceWithClass(t, "s-")
+	src := source(t, ctx, ns, 1<<30)
+	other := lab.NewClass(t, ctx, env.Cluster, ns+"-any", lab.ClassOptions{Immediate: true})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "same-class", *srcClass(t, ctx, ns), 1<<30, cloneOf("src"))
+	lab.NewClaim(t, ctx, env.Cluster, ns, "other-class", other, 2<<30, cloneOf("src"))
 	for _, name := range []string{"same-class", "other-class"} {
-		pv := waitBound(t, ctx, ns, name)
+		pv := lab.WaitBound(t, ctx, env.Cluster, ns, name)
 		vol := volume(t, ctx, pv.Spec.CSI.VolumeHandle)
 		if vol.ContentSource == nil || vol.ContentSource.VolumeID != src.Spec.CSI.VolumeHandle {
 			t.Errorf("%s: the driver's volume was made from %+v, want volume %s", name, vol.ContentSource, src.Spec.CSI.VolumeHandle)
@@ -85,11 +85,11 @@ func srcClass(t *testing.T, ctx context.Context, ns string) *string {
 // A clone smaller than its source is refused with an Event, and no volume
 // is made.
 func TestCloneSmallerThanSourceRefused(t *testing.T) {
-	ctx, ns := setup(t)
-	source(t, ctx, ns, "2Gi")
+	ctx, ns := env.TestNamespaceWithClass(t, "s-")
+	source(t, ctx, ns, 2<<30)
 	before := volumeCount(t, ctx)
-	claim(t, ctx, ns, "small", *srcClass(t, ctx, ns), "1Gi", cloneOf("src"))
-	waitEvent(t, ctx, ns, "small", "Warning ProvisioningFailed", "the claim requests 1Gi, less than the 2Gi of its source claim")
+	lab.NewClaim(t, ctx, env.Cluster, ns, "small", *srcClass(t, ctx, ns), 1<<30, cloneOf("src"))
+	lab.WaitEvent(t, ctx, env.Cluster, ns, "small", "Warning ProvisioningFailed", "the claim requests 1Gi, less than the 2Gi of its source claim")
 	if n := volumeCount(t, ctx); n != before {
 		t.Errorf("the driver has %d volumes, had %d: a refused clone made one", n, before)
 	}
@@ -98,13 +98,13 @@ func TestCloneSmallerThanSourceRefused(t *testing.T) {
 // Deleting a source claim waits while a clone of it is in flight (the
 // driver answers UNAVAILABLE), and proceeds once the clone is made.
 func TestSourceDeletionWaitsForClone(t *testing.T) {
-	ctx, ns := setup(t)
-	source(t, ctx, ns, "1Gi")
+	ctx, ns := env.TestNamespaceWithClass(t, "s-")
+	source(t, ctx, ns, 1<<30)
 	if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Code: "Unavailable"}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
-	claim(t, ctx, ns, "clone", *srcClass(t, ctx, ns), "1Gi", cloneOf("src"))
+	lab.NewClaim(t, ctx, env.Cluster, ns, "clone", *srcClass(t, ctx, ns), 1<<30, cloneOf("src"))
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		c, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "src", metav1.GetOptions{})
 		return err == nil && hasFinalizer(c.Finalizers, cloneFinalizer), nil
@@ -114,7 +114,7 @@ func TestSourceDeletionWaitsForClone(t *testing.T) {
 	if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "src", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, ctx, ns, "clone", "Warning ProvisioningFailed", "Unavailable")
+	lab.WaitEvent(t, ctx, env.Cluster, ns, "clone", "Warning ProvisioningFailed", "Unavailable")
 	c, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "src", metav1.GetOptions{})
 	if err != nil || c.DeletionTimestamp == nil {
 		t.Fatalf("the source should be waiting for deletion, got %v (%v)", c, err)
@@ -122,7 +122,7 @@ func TestSourceDeletionWaitsForClone(t *testing.T) {
 	if err := env.SetFaults(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitBound(t, ctx, ns, "clone")
+	lab.WaitBound(t, ctx, env.Cluster, ns, "clone")
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "src", metav1.GetOptions{})
 		return err != nil, nil
@@ -136,11 +136,11 @@ func TestSourceDeletionWaitsForClone(t *testing.T) {
 // while the source is in z1: the provisioner sends the claim back with a
 // reason that names the source and where it is, and makes no volume there.
 func TestWFFCCloneOnWrongZoneSentBack(t *testing.T) {
-	ctx, ns := setup(t)
-	source(t, ctx, ns, "1Gi")
+	ctx, ns := env.TestNamespaceWithClass(t, "s-")
+	source(t, ctx, ns, 1<<30)
 	before := volumeCount(t, ctx)
 	c := client.CoreV1()
-	claim(t, ctx, ns, "clone", ns, "1Gi", cloneOf("src"))
+	lab.NewClaim(t, ctx, env.Cluster, ns, "clone", ns, 1<<30, cloneOf("src"))
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "clone"}, Spec: v1.PodSpec{
 		Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
 		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
@@ -152,7 +152,7 @@ func TestWFFCCloneOnWrongZoneSentBack(t *testing.T) {
 	if _, err := c.Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ev := waitEvent(t, ctx, ns, "clone", "Warning ProvisioningFailed", "SourceUnreachable",
+	ev := lab.WaitEvent(t, ctx, env.Cluster, ns, "clone", "Warning ProvisioningFailed", "SourceUnreachable",
 		`cannot reach the data source PersistentVolumeClaim "`+ns+`/src"`, lab.ZoneKey+" in (z1)")
 	t.Logf("Event: %s", ev)
 	if n := volumeCount(t, ctx); n != before {
@@ -218,18 +218,18 @@ func setSnapshotStatus(t *testing.T, ctx context.Context, ns, name, contentName 
 // in the source volume's zone, and the snapshot's protection finalizer is
 // gone afterwards.
 func TestRestoreFromSnapshot(t *testing.T) {
-	ctx, ns := setup(t)
-	src := source(t, ctx, ns, "1Gi")
-	anyZone := immediateClass(t, ctx, ns+"-any", "")
+	ctx, ns := env.TestNamespaceWithClass(t, "s-")
+	src := source(t, ctx, ns, 1<<30)
+	anyZone := lab.NewClass(t, ctx, env.Cluster, ns+"-any", lab.ClassOptions{Immediate: true})
 	snapshotOf(t, ctx, ns, "snap", src, false)
 
-	claim(t, ctx, ns, "restore", anyZone, "1Gi", restoreOf("snap"))
-	claim(t, ctx, ns, "from-nothing", anyZone, "1Gi", restoreOf("gone"))
-	waitEvent(t, ctx, ns, "restore", "Warning ProvisioningFailed", `VolumeSnapshot "`+ns+`/snap" is not ready to use yet`)
-	waitEvent(t, ctx, ns, "from-nothing", "Warning ProvisioningFailed", `the VolumeSnapshot "`+ns+`/gone" does not exist`)
+	lab.NewClaim(t, ctx, env.Cluster, ns, "restore", anyZone, 1<<30, restoreOf("snap"))
+	lab.NewClaim(t, ctx, env.Cluster, ns, "from-nothing", anyZone, 1<<30, restoreOf("gone"))
+	lab.WaitEvent(t, ctx, env.Cluster, ns, "restore", "Warning ProvisioningFailed", `VolumeSnapshot "`+ns+`/snap" is not ready to use yet`)
+	lab.WaitEvent(t, ctx, env.Cluster, ns, "from-nothing", "Warning ProvisioningFailed", `the VolumeSnapshot "`+ns+`/gone" does not exist`)
 
 	setSnapshotStatus(t, ctx, ns, "snap", "content-"+ns+"-snap", true, 1<<30)
-	pv := waitBound(t, ctx, ns, "restore")
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "restore")
 	vol := volume(t, ctx, pv.Spec.CSI.VolumeHandle)
 	snapshots, err := snaps.SnapshotV1().VolumeSnapshotContents().Get(ctx, "content-"+ns+"-snap", metav1.GetOptions{})
 	if err != nil {
@@ -255,14 +255,14 @@ func TestRestoreFromSnapshot(t *testing.T) {
 // A claim whose dataSourceRef names a populator's kind is left to the
 // populator: a Normal Event says so, and no volume is made.
 func TestPopulatorClaimLeftAlone(t *testing.T) {
-	ctx, ns := setup(t)
-	anyZone := immediateClass(t, ctx, ns+"-any", "")
+	ctx, ns := env.TestNamespaceWithClass(t, "s-")
+	anyZone := lab.NewClass(t, ctx, env.Cluster, ns+"-any", lab.ClassOptions{Immediate: true})
 	before := volumeCount(t, ctx)
 	group := "populator.example.com"
-	claim(t, ctx, ns, "populated", anyZone, "1Gi", func(c *v1.PersistentVolumeClaim) {
+	lab.NewClaim(t, ctx, env.Cluster, ns, "populated", anyZone, 1<<30, func(c *v1.PersistentVolumeClaim) {
 		c.Spec.DataSourceRef = &v1.TypedObjectReference{APIGroup: &group, Kind: "Sample", Name: "data"}
 	})
-	waitEvent(t, ctx, ns, "populated", "Normal Provisioning", "Assuming an external populator will provision the volume", `Sample "data"`)
+	lab.WaitEvent(t, ctx, env.Cluster, ns, "populated", "Normal Provisioning", "Assuming an external populator will provision the volume", `Sample "data"`)
 	if n := volumeCount(t, ctx); n != before {
 		t.Errorf("the driver has %d volumes, had %d", n, before)
 	}
@@ -275,8 +275,8 @@ func TestPopulatorClaimLeftAlone(t *testing.T) {
 // A claim naming a VolumeAttributesClass reaches the driver with the class's
 // parameters as mutable parameters, and its PV names the class.
 func TestVolumeAttributesClass(t *testing.T) {
-	ctx, ns := setup(t)
-	anyZone := immediateClass(t, ctx, ns+"-any", "")
+	ctx, ns := env.TestNamespaceWithClass(t, "s-")
+	anyZone := lab.NewClass(t, ctx, env.Cluster, ns+"-any", lab.ClassOptions{Immediate: true})
 	vacName := ns + "-gold"
 	if _, err := client.StorageV1().VolumeAttributesClasses().Create(ctx, &storagev1.VolumeAttributesClass{
 		ObjectMeta: metav1.ObjectMeta{Name: vacName}, DriverName: lab.DriverName,
@@ -287,8 +287,8 @@ func TestVolumeAttributesClass(t *testing.T) {
 	t.Cleanup(func() {
 		_ = client.StorageV1().VolumeAttributesClasses().Delete(context.WithoutCancel(ctx), vacName, metav1.DeleteOptions{})
 	})
-	claim(t, ctx, ns, "gold", anyZone, "1Gi", func(c *v1.PersistentVolumeClaim) { c.Spec.VolumeAttributesClassName = &vacName })
-	pv := waitBound(t, ctx, ns, "gold")
+	lab.NewClaim(t, ctx, env.Cluster, ns, "gold", anyZone, 1<<30, func(c *v1.PersistentVolumeClaim) { c.Spec.VolumeAttributesClassName = &vacName })
+	pv := lab.WaitBound(t, ctx, env.Cluster, ns, "gold")
 	if got := pv.Spec.VolumeAttributesClassName; got == nil || *got != vacName {
 		t.Errorf("PV volumeAttributesClassName = %v, want %s", got, vacName)
 	}

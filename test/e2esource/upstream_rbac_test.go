@@ -61,7 +61,7 @@ func upstreamServiceAccount(t *testing.T, ctx context.Context) string {
 // VolumeAttributesClass and publishes capacity objects; it says once that
 // it writes claims with UPDATE and reads snapshot contents with GET.
 func TestUnderUpstreamRBAC(t *testing.T) {
-	ctx, ns := setup(t)
+	ctx, ns := env.TestNamespaceWithClass(t, "s-")
 	kubeconfig := upstreamServiceAccount(t, ctx)
 	// A later --kubeconfig wins over the lab's.
 	if err := env.StartProvisioner("--kubeconfig="+kubeconfig, "--enable-capacity", "--capacity-namespace="+upstreamNamespace,
@@ -75,9 +75,9 @@ func TestUnderUpstreamRBAC(t *testing.T) {
 	})
 
 	// Immediate, then deleted: the in-flight record is written and removed.
-	anyZone := immediateClass(t, ctx, ns+"-any", "")
-	claim(t, ctx, ns, "immediate", anyZone, "1Gi", nil)
-	deleted := waitBound(t, ctx, ns, "immediate")
+	anyZone := lab.NewClass(t, ctx, env.Cluster, ns+"-any", lab.ClassOptions{Immediate: true})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "immediate", anyZone, 1<<30)
+	deleted := lab.WaitBound(t, ctx, env.Cluster, ns, "immediate")
 	if err := client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "immediate", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +94,14 @@ func TestUnderUpstreamRBAC(t *testing.T) {
 	env.WaitPlaced(t, ctx, ns, "wffc")
 
 	// Clone and restore.
-	src := source(t, ctx, ns, "1Gi")
-	claim(t, ctx, ns, "clone", anyZone, "1Gi", cloneOf("src"))
-	if vol := volume(t, ctx, waitBound(t, ctx, ns, "clone").Spec.CSI.VolumeHandle); vol.ContentSource == nil || vol.ContentSource.VolumeID != src.Spec.CSI.VolumeHandle {
+	src := source(t, ctx, ns, 1<<30)
+	lab.NewClaim(t, ctx, env.Cluster, ns, "clone", anyZone, 1<<30, cloneOf("src"))
+	if vol := volume(t, ctx, lab.WaitBound(t, ctx, env.Cluster, ns, "clone").Spec.CSI.VolumeHandle); vol.ContentSource == nil || vol.ContentSource.VolumeID != src.Spec.CSI.VolumeHandle {
 		t.Errorf("clone made from %+v, want volume %s", vol.ContentSource, src.Spec.CSI.VolumeHandle)
 	}
 	snapshotOf(t, ctx, ns, "snap", src, true)
-	claim(t, ctx, ns, "restore", anyZone, "1Gi", restoreOf("snap"))
-	if vol := volume(t, ctx, waitBound(t, ctx, ns, "restore").Spec.CSI.VolumeHandle); vol.ContentSource == nil || vol.ContentSource.SnapshotID == "" {
+	lab.NewClaim(t, ctx, env.Cluster, ns, "restore", anyZone, 1<<30, restoreOf("snap"))
+	if vol := volume(t, ctx, lab.WaitBound(t, ctx, env.Cluster, ns, "restore").Spec.CSI.VolumeHandle); vol.ContentSource == nil || vol.ContentSource.SnapshotID == "" {
 		t.Errorf("restored volume made from %+v, want a snapshot", vol.ContentSource)
 	}
 
@@ -115,8 +115,8 @@ func TestUnderUpstreamRBAC(t *testing.T) {
 	t.Cleanup(func() {
 		_ = client.StorageV1().VolumeAttributesClasses().Delete(context.WithoutCancel(ctx), vacName, metav1.DeleteOptions{})
 	})
-	claim(t, ctx, ns, "gold", anyZone, "1Gi", func(c *v1.PersistentVolumeClaim) { c.Spec.VolumeAttributesClassName = &vacName })
-	if vol := volume(t, ctx, waitBound(t, ctx, ns, "gold").Spec.CSI.VolumeHandle); vol.MutableParameters["iops"] != "5000" {
+	lab.NewClaim(t, ctx, env.Cluster, ns, "gold", anyZone, 1<<30, func(c *v1.PersistentVolumeClaim) { c.Spec.VolumeAttributesClassName = &vacName })
+	if vol := volume(t, ctx, lab.WaitBound(t, ctx, env.Cluster, ns, "gold").Spec.CSI.VolumeHandle); vol.MutableParameters["iops"] != "5000" {
 		t.Errorf("the driver's volume has mutable parameters %v, want iops=5000", vol.MutableParameters)
 	}
 

@@ -1,4 +1,4 @@
-package e2e
+package e2epublisher
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func waitLive(t *testing.T, ctx context.Context, lv *heartbeat.Liveness, node st
 // the driver not live once the TTL has passed; a restarted driver is live
 // again at once.
 func TestDriverHeartbeat(t *testing.T) {
-	ctx, _ := newNamespace(t)
+	ctx, _ := lab.NewNamespace(t, env.Cluster, "e2e-")
 	const node, ttl = "node-heartbeat", 4 * time.Second
 	n, err := env.Cluster.CreateNode(ctx, node, nil, nil)
 	if err != nil {
@@ -152,8 +152,8 @@ func TestDriverHeartbeat(t *testing.T) {
 		if l := getLease(); l.Spec.RenewTime.Add(ttl).After(time.Now()) || l.Spec.RenewTime.After(killed.Add(time.Second)) {
 			t.Errorf("lease renewed at %s, after the kill at %s", l.Spec.RenewTime.Time, killed)
 		}
-		waitLogged(t, ctx, pub.LogPath(), "no longer renewing its heartbeat Lease")
-		waitLogged(t, ctx, pub.LogPath(), `reason="probe_failed"`)
+		lab.WaitLogged(t, ctx, env.Cluster, pub.LogPath(), "no longer renewing its heartbeat Lease")
+		lab.WaitLogged(t, ctx, env.Cluster, pub.LogPath(), `reason="probe_failed"`)
 		if pub.Exited() {
 			t.Fatalf("csi-node-publisher exited: %v", pub.Wait())
 		}
@@ -163,7 +163,7 @@ func TestDriverHeartbeat(t *testing.T) {
 		before := ptr.Deref(getLease().Spec.LeaseTransitions, 0)
 		startDriver()
 		waitLive(t, ctx, lv, node, true)
-		waitLogged(t, ctx, pub.LogPath(), "CSI driver live again")
+		lab.WaitLogged(t, ctx, env.Cluster, pub.LogPath(), "CSI driver live again")
 		if l := getLease(); ptr.Deref(l.Spec.LeaseTransitions, 0) != before+1 {
 			t.Errorf("leaseTransitions %d, want %d (the driver's return)", ptr.Deref(l.Spec.LeaseTransitions, 0), before+1)
 		}
@@ -173,7 +173,7 @@ func TestDriverHeartbeat(t *testing.T) {
 // The publisher's ServiceAccount may get, create and update
 // Leases in its own namespace, and nothing else on Leases.
 func TestPublisherLeaseRBAC(t *testing.T) {
-	ctx, _ := newNamespace(t)
+	ctx, _ := lab.NewNamespace(t, env.Cluster, "e2e-")
 	kc, err := env.Cluster.ServiceAccountKubeconfig(ctx, lab.PublisherNamespace, "csi-node-publisher")
 	if err != nil {
 		t.Fatal(err)

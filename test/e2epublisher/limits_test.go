@@ -1,4 +1,4 @@
-package e2e
+package e2epublisher
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func waitCount(t *testing.T, ctx context.Context, node string, want int32) strin
 // scheduler's NodeVolumeLimits; restarting with --reserved-volumes=1 lowers
 // it without duplicating the entry.
 func TestVolumeLimits(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	const node = "node-limited"
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: node, Zone: "z1", Rack: "r1", Driver: true, MaxVolumes: 2}); err != nil {
 		t.Fatal(err)
@@ -67,17 +67,17 @@ func TestVolumeLimits(t *testing.T) {
 	})
 	waitCount(t, ctx, node, 2)
 
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	prefer := &v1.Affinity{NodeAffinity: &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{
 		Weight: 100, Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
 			{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}},
 	}}}}
 	for i := 0; i < 3; i++ {
 		claim := fmt.Sprintf("data-%d", i)
-		newPVC(t, ctx, ns, claim, class)
-		newPodWithAffinity(t, ctx, ns, fmt.Sprintf("app-%d", i), claim, prefer)
-		waitBound(t, ctx, ns, claim)
-		got := waitPodNode(t, ctx, ns, fmt.Sprintf("app-%d", i))
+		lab.NewClaim(t, ctx, env.Cluster, ns, claim, class, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, fmt.Sprintf("app-%d", i), lab.PodOptions{Claims: []string{claim}, Affinity: prefer})
+		lab.WaitBound(t, ctx, env.Cluster, ns, claim)
+		got := lab.WaitPodNode(t, ctx, env.Cluster, ns, fmt.Sprintf("app-%d", i))
 		if i < 2 && got != node {
 			t.Fatalf("app-%d on %s, want %s (it prefers that node, which has room)", i, got, node)
 		}
@@ -112,7 +112,7 @@ func TestVolumeLimits(t *testing.T) {
 	// The publisher's own metrics tell the same story: driver up,
 	// count 1, the first publish and at least four resyncs, no error, no
 	// collision.
-	m := scrape(t, ctx, "http://"+addr+"/metrics")
+	m := lab.MustScrape(t, ctx, "http://"+addr+"/metrics")
 	for _, c := range []struct {
 		metric string
 		labels map[string]string
@@ -123,14 +123,14 @@ func TestVolumeLimits(t *testing.T) {
 		{"csi_node_publisher_publish_total", map[string]string{"result": "error"}, 0},
 		{"csi_node_publisher_label_collisions_total", nil, 0},
 	} {
-		if got := value(m, c.metric, c.labels); got != c.want {
+		if got := lab.MetricValue(m, c.metric, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
 		}
 	}
-	if got := value(m, "csi_node_publisher_publish_total", map[string]string{"result": "success"}); got < 5 {
+	if got := lab.MetricValue(m, "csi_node_publisher_publish_total", map[string]string{"result": "success"}); got < 5 {
 		t.Errorf("csi_node_publisher_publish_total{result=success} = %v, want at least 5 (the publish and four resyncs)", got)
 	}
-	if got := httpStatus(ctx, "http://"+addr+"/healthz"); got != http.StatusOK {
+	if got := lab.HTTPStatus(ctx, "http://"+addr+"/healthz"); got != http.StatusOK {
 		t.Errorf("publisher /healthz = %d, want 200", got)
 	}
 }
@@ -138,7 +138,7 @@ func TestVolumeLimits(t *testing.T) {
 // A node label that collides with the driver's
 // topology is reported and not overwritten.
 func TestTopologyLabelCollision(t *testing.T) {
-	ctx, _ := newNamespace(t)
+	ctx, _ := lab.NewNamespace(t, env.Cluster, "e2e-")
 	const node = "node-collide"
 	err := env.AddNode(ctx, lab.NodeSpec{Name: node, Zone: "z2", Rack: "r1", Driver: true, DriverTopology: "zone=z3,rack=r1"})
 	t.Cleanup(func() {
@@ -157,7 +157,7 @@ func TestTopologyLabelCollision(t *testing.T) {
 		t.Errorf("node zone label = %q (%v), want the original z2", n.Labels[zoneKey], err)
 	}
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		return strings.Contains(eventsOf(ctx, "default", "Node", node), "TopologyLabelCollision"), nil
+		return strings.Contains(lab.EventsOf(ctx, env.Cluster, "default", "Node", node), "TopologyLabelCollision"), nil
 	}); err != nil {
 		t.Errorf("no collision Event on the node: %v", err)
 	}
@@ -169,7 +169,7 @@ func TestTopologyLabelCollision(t *testing.T) {
 // The publisher's ServiceAccount may read and write
 // CSINodes and Nodes as it needs, and nothing more.
 func TestPublisherRBAC(t *testing.T) {
-	ctx, _ := newNamespace(t)
+	ctx, _ := lab.NewNamespace(t, env.Cluster, "e2e-")
 	kc, err := env.Cluster.ServiceAccountKubeconfig(ctx, "csi-topology", "csi-node-publisher")
 	if err != nil {
 		t.Fatal(err)
@@ -204,21 +204,5 @@ func TestPublisherRBAC(t *testing.T) {
 		if err := call(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s: %v, want Forbidden", name, err)
 		}
-	}
-}
-
-func newPodWithAffinity(t *testing.T, ctx context.Context, ns, name, claim string, affinity *v1.Affinity) {
-	t.Helper()
-	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1.PodSpec{
-			Affinity:   affinity,
-			Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", VolumeMounts: []v1.VolumeMount{{Name: "v", MountPath: "/v"}}}},
-			Volumes: []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{
-				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
-		},
-	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }

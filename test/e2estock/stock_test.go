@@ -1,4 +1,4 @@
-package e2e
+package e2estock
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -15,18 +14,19 @@ import (
 // scheduler sends a pod that prefers a node without the driver to that node
 // again and again; its claim never provisions and the pod stays Pending.
 func TestStockSchedulerNodeWithoutDriver(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	const node = "node-stock-bare"
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: node, Zone: "z1", Rack: "r1"}); err != nil {
 		t.Fatal(err)
 	}
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
-	newPVC(t, ctx, ns, "data", class)
-	newPodWithAffinity(t, ctx, ns, "app", "data", &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
+	prefer := &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
 		PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{Weight: 100, Preference: v1.NodeSelectorTerm{
-			MatchExpressions: []v1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}}}}})
+			MatchExpressions: []v1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}}}}}
+	lab.NewPod(t, ctx, env.Cluster, ns, "app", lab.PodOptions{Claims: []string{"data"}, Affinity: prefer})
 	t.Cleanup(func() {
-		deletePod(t, context.WithoutCancel(ctx), ns, "app")
+		lab.DeletePod(t, context.WithoutCancel(ctx), env.Cluster, ns, "app")
 		_ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), node, metav1.DeleteOptions{})
 		delete(env.Nodes, node)
 	})
@@ -45,7 +45,7 @@ func TestStockSchedulerNodeWithoutDriver(t *testing.T) {
 		return n >= 2, nil
 	})
 	if err != nil {
-		t.Fatalf("claim not sent back twice: %v%s", err, eventsOf(ctx, ns, "PersistentVolumeClaim", "data"))
+		t.Fatalf("claim not sent back twice: %v%s", err, lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"))
 	}
 	pod, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
 	if err != nil || pod.Spec.NodeName != "" {
@@ -66,13 +66,13 @@ func TestStockSchedulerNodeWithoutDriver(t *testing.T) {
 // calls are wasted (RESOURCE_EXHAUSTED, or a volume made outside z1 that the
 // provisioner deletes) and claims come back to the scheduler.
 func TestStockBurstOvercommits(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	env.EnableStorageCapacity(t, ctx)
 	if err := env.StartProvisioner("--enable-capacity", "--capacity-namespace="+lab.CapacityNamespace, "--capacity-poll-interval=2s"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.StartProvisioner() })
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	res := env.RunBurst(t, ctx, ns, class, lab.StandardBurst)
 	t.Logf("stock scheduler: %d of %d pods placed, volumes per zone %v, %d CreateVolume calls (%d RESOURCE_EXHAUSTED), %d claims sent back",
 		len(res.Placed), lab.StandardBurst.Pods, res.PerZone, res.CreateCalls, res.Exhausted, res.Reschedules)
@@ -89,9 +89,7 @@ func TestStockBurstOvercommits(t *testing.T) {
 // being provisioned: it sends the second pod's claim to the same node, and
 // the first pod can then never run there.
 func TestStockForgetsPendingClaimAcrossRestart(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ns := "e2e-stock-restart"
-	env.NamespaceWithClass(t, ctx, ns)
+	ctx, ns := env.TestNamespaceWithClass(t, "e2e-")
 	if err := env.AddNode(ctx, lab.NodeSpec{Name: "node-slot", Zone: "z2", Rack: "r1", Driver: true, MaxVolumes: 1}); err != nil {
 		t.Fatal(err)
 	}

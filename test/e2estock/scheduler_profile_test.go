@@ -1,4 +1,4 @@
-package e2e
+package e2estock
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // TestStockSchedulerNodeWithoutDriver), and their volumes are made in their
 // node's zone.
 func TestSecondSchedulerProfile(t *testing.T) {
-	ctx, ns := newNamespace(t)
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
 	bin := t.TempDir()
 	if err := controlplane.BuildProject(ctx, env.Cluster.RepoRoot, bin, "./cmd/csi-topology-scheduler"); err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func TestSecondSchedulerProfile(t *testing.T) {
 		_ = client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), bare, metav1.DeleteOptions{})
 		delete(env.Nodes, bare)
 	})
-	class := newClass(t, ctx, ns+"-wffc", classOpts{})
+	class := lab.NewClass(t, ctx, env.Cluster, ns+"-wffc", lab.ClassOptions{})
 	for i := 0; i < 3; i++ {
 		env.ClaimAndPodPreferring(t, ctx, ns, class, fmt.Sprintf("app-%d", i), gi, "kubernetes.io/hostname", bare, lab.ScheduledBy(lab.SecondSchedulerName))
 	}
