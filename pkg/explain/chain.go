@@ -244,7 +244,7 @@ func (e *explainer) segmentLines() {
 	}
 	e.segments, e.allowed = sorted(all), sorted(allowed)
 	switch {
-	case !e.s.read["list nodes (cluster-wide)"] || !e.s.read["list csinodes (cluster-wide)"]:
+	case !e.s.read[readNodes] || !e.s.read[readCSINodes]:
 		e.add("segments", Unknown, "segments not computed: nodes or CSINodes could not be listed")
 	case len(e.segments) == 0:
 		e.add("segments", Fail, "no node has driver %s registered with its topology labels", driver)

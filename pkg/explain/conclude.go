@@ -2,6 +2,7 @@ package explain
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -51,6 +52,8 @@ const (
 	// CauseWaitingForScheduler: a pod uses the claim, nodes fit, and the
 	// scheduler has not placed it yet.
 	CauseWaitingForScheduler Cause = "WaitingForScheduler"
+	// CauseUndetermined: the reads RBAC refused hide what stops the claim.
+	CauseUndetermined Cause = "Undetermined"
 	// CauseProvisioning: nothing stops the claim; the volume is on its way.
 	CauseProvisioning Cause = "Provisioning"
 )
@@ -69,11 +72,12 @@ func (e *explainer) conclude() {
 	case e.leaderState == "expired":
 		e.set(CauseNoProvisioner, "no provisioner for %s is running (its leader Lease %s expired): start csi-provisioner (check its Deployment and logs)",
 			s.class.Provisioner, s.leader.Namespace+"/"+s.leader.Name)
-	case e.concludeEvent():
+	case e.concludeClassEvent():
 	case e.concludeSelected():
-	case len(e.segments) == 0 && e.s.read["list csinodes (cluster-wide)"]:
+	case e.concludeDriverEvent():
+	case len(e.segments) == 0 && e.s.read[readCSINodes]:
 		e.set(CauseNoDriverOnNode, "no node has driver %s: install its node plugin", s.class.Provisioner)
-	case len(e.allowed) == 0 && e.s.read["list csinodes (cluster-wide)"]:
+	case len(e.allowed) == 0 && e.s.read[readCSINodes]:
 		e.set(CauseNoAllowedSegment, "allowedTopologies of class %s (%s) match no node with driver %s (its segments: %s): fix the class's allowedTopologies, or install the node plugin on nodes there",
 			s.class.Name, termsString(s.class.AllowedTopologies), s.class.Provisioner, segString(e.segments))
 	case e.concludeFilter():
@@ -82,6 +86,8 @@ func (e *explainer) conclude() {
 			s.class.Provisioner, LeaderLeaseName(s.class.Provisioner))
 	case isDelayed(s.class) && len(s.pods) == 0:
 		e.set(CauseWaitingForPod, "the claim waits for its first consumer: create a pod that uses it")
+	case !s.read[readNodes] || !s.read[readCSINodes]:
+		e.set(CauseUndetermined, "what stops the claim is not known: nodes or CSINodes could not be read (see the access lines for the rules that would allow it)")
 	case isDelayed(s.class) && s.claim.Annotations[annSelectedNode] == "":
 		e.set(CauseWaitingForScheduler, "nodes fit; the scheduler has not placed pod %s/%s yet: check its FailedScheduling Events (other constraints: CPU, memory, affinity)",
 			s.pods[0].Namespace, s.pods[0].Name)
@@ -153,9 +159,9 @@ func (e *explainer) provisionerSpoke() bool {
 	return false
 }
 
-// concludeEvent concludes from the newest provisioning failure when it names
-// a cause the claim cannot get past by itself.
-func (e *explainer) concludeEvent() bool {
+// concludeClassEvent concludes from the newest provisioning failure when it
+// says the class or its secret is wrong: no node would do better.
+func (e *explainer) concludeClassEvent() bool {
 	ev := e.lastFailure()
 	if ev == nil {
 		return false
@@ -166,10 +172,28 @@ func (e *explainer) concludeEvent() bool {
 		e.set(CauseBadClassParameter, "class %s has a bad parameter (%s): fix it in a new class (parameters cannot be edited) and recreate the claim with it",
 			class, after(msg, "failed to provision volume with StorageClass \""+class+"\": "))
 	case strings.Contains(msg, "secret") && strings.Contains(msg, "not found"):
-		e.set(CauseMissingSecret, "the secret class %s names does not exist (%s): create it", class, after(msg, "reading "))
+		secret := "the secret"
+		if m := secretRef.FindStringSubmatch(msg); m != nil {
+			secret = "secret " + m[1]
+		}
+		e.set(CauseMissingSecret, "%s, which class %s names, does not exist: create it (%s)", secret, class, after(msg, "reading "))
+	default:
+		return false
+	}
+	return true
+}
+
+// concludeDriverEvent concludes from the newest provisioning failure when
+// the driver refused the request.
+func (e *explainer) concludeDriverEvent() bool {
+	ev := e.lastFailure()
+	if ev == nil {
+		return false
+	}
+	switch msg := ev.Message; {
 	case grpcCode(msg) == "InvalidArgument":
 		e.set(CauseDriverInvalidArgument, "driver %s refused CreateVolume with INVALID_ARGUMENT (%s): fix what the driver rejects in class %s's parameters or the claim",
-			e.s.class.Provisioner, after(msg, "desc = "), class)
+			e.s.class.Provisioner, after(msg, "desc = "), e.s.class.Name)
 	case rescheduleReason(msg) == "NoCapacity" && e.s.claim.Annotations[annSelectedNode] != "":
 		e.set(CauseSegmentFull, "the driver reports the selected node's segment full (ResourceExhausted): free space there, add capacity, or let the scheduler pick another segment")
 	default:
@@ -177,6 +201,9 @@ func (e *explainer) concludeEvent() bool {
 	}
 	return true
 }
+
+// secretRef finds the "namespace/name" of the secret the provisioner read.
+var secretRef = regexp.MustCompile(`secret ([a-z0-9.-]+/[a-z0-9.-]+): `)
 
 func after(msg, marker string) string {
 	if i := strings.LastIndex(msg, marker); i >= 0 {

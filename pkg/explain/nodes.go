@@ -115,8 +115,12 @@ func (e *explainer) capacityAge(key string) string {
 // up to maxNodeLines others, the driver's registration, heartbeat, attach
 // limit and the filter's verdict.
 func (e *explainer) perNodeLines() {
-	if !e.s.read["list nodes (cluster-wide)"] {
+	if !e.s.read[readNodes] {
 		e.add("filter", Unknown, "nodes could not be listed: the scheduler filter was not run")
+		return
+	}
+	if len(e.filter) == 0 {
+		e.add("filter", Info, "scheduler filter not run: %s", e.noFilterReason())
 		return
 	}
 	names := make([]string, 0, len(e.filter))
@@ -149,6 +153,13 @@ func (e *explainer) perNodeLines() {
 		}
 		e.nodeDetail(n)
 	}
+}
+
+func (e *explainer) noFilterReason() string {
+	if !isDelayed(e.s.class) {
+		return "immediate binding, no node is chosen for the claim"
+	}
+	return "no node matches the pod's node selector and required node affinity"
 }
 
 func reasonCounts(m map[scheduler.Reason]int) string {

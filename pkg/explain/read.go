@@ -107,12 +107,12 @@ func (r *reader) readCluster(ctx context.Context) error {
 		opts       metav1.ListOptions
 		add        func(runtime.Object)
 	}{
-		{"list nodes (cluster-wide)", rule("", "nodes", "list"),
+		{readNodes, rule("", "nodes", "list"),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return c.CoreV1().Nodes().List(ctx, o)
 			},
 			metav1.ListOptions{}, func(o runtime.Object) { r.s.nodes = append(r.s.nodes, o.(*v1.Node)) }},
-		{"list csinodes (cluster-wide)", rule("storage.k8s.io", "csinodes", "list"),
+		{readCSINodes, rule("storage.k8s.io", "csinodes", "list"),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return c.StorageV1().CSINodes().List(ctx, o)
 			},
@@ -226,4 +226,6 @@ func renewed(l *coordinationv1.Lease) (t metav1.MicroTime) {
 const (
 	readCapacities = "list csistoragecapacities (all namespaces)"
 	readHeartbeats = "list heartbeat leases"
+	readNodes      = "list nodes (cluster-wide)"
+	readCSINodes   = "list csinodes (cluster-wide)"
 )
