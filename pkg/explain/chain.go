@@ -202,7 +202,7 @@ func (e *explainer) runFilter() error {
 		return err
 	}
 	claims := e.s.allClaims
-	if claims == nil {
+	if !e.s.read[readClaims] {
 		claims = e.s.nsClaims
 	}
 	nodes := map[string]*v1.Node{}

@@ -54,17 +54,19 @@ func newStores(s *snapshot) (*stores, error) {
 		return nil, err
 	}
 	claims := s.allClaims
-	if claims == nil {
+	if !s.read[readClaims] {
 		claims = s.nsClaims
 	}
 	volumes := s.volumes
-	for _, pv := range []*v1.PersistentVolume{s.volume, s.sourceVolume} {
-		if pv != nil && volumes == nil {
-			volumes = append(volumes, pv)
+	if !s.read[readVolumes] {
+		for _, pv := range []*v1.PersistentVolume{s.volume, s.sourceVolume} {
+			if pv != nil {
+				volumes = append(volumes, pv)
+			}
 		}
 	}
 	classes := s.classes
-	if classes == nil && s.class != nil {
+	if !s.read[readClasses] && s.class != nil {
 		classes = []*storagev1.StorageClass{s.class}
 	}
 	for _, err := range []error{fill(st.claims, claims), fill(st.volumes, volumes), fill(st.classes, classes),
@@ -106,7 +108,7 @@ func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *limits.L
 		l.Liveness = live
 	}
 	var counter *limits.Counter
-	if s.allPods != nil && s.allClaims != nil && s.attachments != nil && s.volumes != nil {
+	if s.read[readPods] && s.read[readClaims] && s.read[readAttachments] && s.read[readVolumes] && s.read[readClasses] {
 		counter = limits.NewCounter(s.class.Provisioner, limits.Stores{
 			Pods: st.pods.GetIndexer(), Claims: st.claims.GetIndexer(), Attachments: st.attachments.GetIndexer(),
 			Volumes: st.volumes.GetIndexer(), Classes: st.classes.GetIndexer(),

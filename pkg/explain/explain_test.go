@@ -80,9 +80,22 @@ func cluster(extra ...runtime.Object) []runtime.Object {
 	return clusterWith(leader(time.Second), extra...)
 }
 
+// clusterWith is cluster with another Lease; a CSINode in extra replaces
+// the default one of its node.
 func clusterWith(lease *coordinationv1.Lease, extra ...runtime.Object) []runtime.Object {
-	return append([]runtime.Object{node("n1", "z1"), node("n2", "z2"), node("n3", "z3"),
-		csiNode("n1", true), csiNode("n2", true), csiNode("n3", false), lease}, extra...)
+	out := []runtime.Object{node("n1", "z1"), node("n2", "z2"), node("n3", "z3"), lease}
+	csiNodes := map[string]runtime.Object{"n1": csiNode("n1", true), "n2": csiNode("n2", true), "n3": csiNode("n3", false)}
+	for _, o := range extra {
+		if n, ok := o.(*storagev1.CSINode); ok {
+			csiNodes[n.Name] = n
+			continue
+		}
+		out = append(out, o)
+	}
+	for _, name := range []string{"n1", "n2", "n3"} {
+		out = append(out, csiNodes[name])
+	}
+	return out
 }
 
 func TestCauses(t *testing.T) {
@@ -111,6 +124,8 @@ func TestCauses(t *testing.T) {
 		{"driver INVALID_ARGUMENT", cluster(class("fast"), claim("n1"),
 			failed(`failed to provision volume with StorageClass "fast": rpc error: code = InvalidArgument desc = bad size`)),
 			CauseDriverInvalidArgument, "bad size"},
+		{"attach limit reached", cluster(append(attachLimitReached(), class("fast"), claim(""))...), CauseAttachLimit,
+			"attach limit reached on node n1"},
 		{"waiting for a pod", cluster(class("fast"), claim("")), CauseWaitingForPod, "first consumer"},
 	}
 	for _, tc := range cases {
@@ -130,6 +145,26 @@ func TestCauses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// attachLimitReached gives n1 one attach slot, taken by pod "other"'s
+// volume, and has pod "data" (mounting claim data) require zone z1 (n1).
+func attachLimitReached() []runtime.Object {
+	n1 := csiNode("n1", true)
+	n1.Spec.Drivers[0].Allocatable = &storagev1.VolumeNodeResources{Count: ptr.To[int32](1)}
+	other := claim("")
+	other.Name, other.UID, other.Spec.VolumeName, other.Status.Phase = "other", "uid-other", "pv-other", v1.ClaimBound
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-other"}, Spec: v1.PersistentVolumeSpec{
+		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: "h-other"}}}}
+	mount := func(name, claim string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: v1.PodSpec{
+			Volumes: []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}}
+	}
+	running := mount("o", "other")
+	running.Spec.NodeName = "n1"
+	pending := mount("data", "data")
+	pending.Spec.NodeSelector = map[string]string{zoneKey: "z1"}
+	return []runtime.Object{n1, other, pv, running, pending}
 }
 
 // TestReadOnly checks every request is a get or a list, and that a list RBAC

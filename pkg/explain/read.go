@@ -129,29 +129,29 @@ func (r *reader) readCluster(ctx context.Context) error {
 				return c.CoordinationV1().Leases(r.opts.HeartbeatNamespace).List(ctx, o)
 			},
 			heartbeatOptions(), func(o runtime.Object) { r.s.heartbeats = append(r.s.heartbeats, o.(*coordinationv1.Lease)) }},
-		{"list storageclasses", rule("storage.k8s.io", "storageclasses", "list"),
+		{readClasses, rule("storage.k8s.io", "storageclasses", "list"),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return c.StorageV1().StorageClasses().List(ctx, o)
 			},
 			metav1.ListOptions{}, func(o runtime.Object) { r.s.classes = append(r.s.classes, o.(*storagev1.StorageClass)) }},
-		{"list persistentvolumes (cluster-wide, for the attach-limit count)", rule("", "persistentvolumes", "list"),
+		{readVolumes, rule("", "persistentvolumes", "list"),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return c.CoreV1().PersistentVolumes().List(ctx, o)
 			},
 			metav1.ListOptions{}, func(o runtime.Object) { r.s.volumes = append(r.s.volumes, o.(*v1.PersistentVolume)) }},
-		{"list pods (all namespaces, for the attach-limit count)", rule("", "pods", "list"),
+		{readPods, rule("", "pods", "list"),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return c.CoreV1().Pods("").List(ctx, o)
 			},
 			metav1.ListOptions{}, func(o runtime.Object) { r.s.allPods = append(r.s.allPods, o.(*v1.Pod)) }},
-		{"list persistentvolumeclaims (all namespaces, for the attach-limit count)", rule("", "persistentvolumeclaims", "list"),
+		{readClaims, rule("", "persistentvolumeclaims", "list"),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return c.CoreV1().PersistentVolumeClaims("").List(ctx, o)
 			},
 			metav1.ListOptions{}, func(o runtime.Object) {
 				r.s.allClaims = append(r.s.allClaims, o.(*v1.PersistentVolumeClaim))
 			}},
-		{"list volumeattachments (cluster-wide, for the attach-limit count)", rule("storage.k8s.io", "volumeattachments", "list"),
+		{readAttachments, rule("storage.k8s.io", "volumeattachments", "list"),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return c.StorageV1().VolumeAttachments().List(ctx, o)
 			},
@@ -224,8 +224,13 @@ func renewed(l *coordinationv1.Lease) (t metav1.MicroTime) {
 
 // Reads whose success changes what the scheduler core checks.
 const (
-	readCapacities = "list csistoragecapacities (all namespaces)"
-	readHeartbeats = "list heartbeat leases"
-	readNodes      = "list nodes (cluster-wide)"
-	readCSINodes   = "list csinodes (cluster-wide)"
+	readCapacities  = "list csistoragecapacities (all namespaces)"
+	readHeartbeats  = "list heartbeat leases"
+	readNodes       = "list nodes (cluster-wide)"
+	readCSINodes    = "list csinodes (cluster-wide)"
+	readAttachments = "list volumeattachments (cluster-wide, for the attach-limit count)"
+	readClaims      = "list persistentvolumeclaims (all namespaces, for the attach-limit count)"
+	readPods        = "list pods (all namespaces, for the attach-limit count)"
+	readVolumes     = "list persistentvolumes (cluster-wide, for the attach-limit count)"
+	readClasses     = "list storageclasses"
 )
