@@ -2,6 +2,7 @@ package explain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -14,7 +15,7 @@ import (
 )
 
 // ErrNotFound is returned when the claim or pod asked about does not exist.
-var ErrNotFound = fmt.Errorf("not found")
+var ErrNotFound = errors.New("not found")
 
 // readClaim reads the claim and what hangs on it in its namespace: its pods,
 // the namespace's claims (for a clone's source), its class, its PV, its

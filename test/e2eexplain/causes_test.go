@@ -24,15 +24,32 @@ func addNode(t *testing.T, ctx context.Context, spec lab.NodeSpec) {
 	})
 }
 
-// TestExplainNamesTheCause sets up each cause that keeps a claim Pending and
-// checks that the conclusion line names it (and -o json gives the same cause).
-func TestExplainNamesTheCause(t *testing.T) {
-	cases := []struct {
-		name  string
-		setup func(t *testing.T, ctx context.Context, ns string) string
-		cause explain.Cause
-		want  string
-	}{
+// causeCase sets up one cause in a namespace and returns the claim to
+// explain, with the cause and the words its conclusion line must have.
+type causeCase struct {
+	name  string
+	setup func(t *testing.T, ctx context.Context, ns string) string
+	cause explain.Cause
+	want  string
+}
+
+// runCauses runs each case in a namespace of its own and waits until the
+// tool's conclusion line names its cause (and -o json gives the same).
+func runCauses(t *testing.T, cases []causeCase) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, ns := newNamespace(t)
+			claim := tc.setup(t, ctx, ns)
+			waitCause(t, ctx, ns, claim, tc.cause, tc.want)
+		})
+	}
+}
+
+// TestExplainNamesPlacementCauses sets up each cause that keeps a claim from
+// a node (driver, topology, capacity, attach limit, data source, heartbeat)
+// and checks the conclusion line names it.
+func TestExplainNamesPlacementCauses(t *testing.T) {
+	runCauses(t, []causeCase{
 		{"no driver on the selected node", func(t *testing.T, ctx context.Context, ns string) string {
 			addNode(t, ctx, lab.NodeSpec{Name: "bare-z3", Zone: "z3"})
 			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{}), "")
@@ -44,24 +61,6 @@ func TestExplainNamesTheCause(t *testing.T) {
 			newPod(t, ctx, ns, "data", "")
 			return "data"
 		}, explain.CauseNoAllowedSegment, "(" + lab.ZoneKey + " in (z9)) match no node with driver"},
-		{"bad class parameter", func(t *testing.T, ctx context.Context, ns string) string {
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true,
-				params: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}}), "")
-			return "data"
-		}, explain.CauseBadClassParameter, "unknown key(s) csi.storage.k8s.io/fs-type"},
-		{"missing secret", func(t *testing.T, ctx context.Context, ns string) string {
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true, params: map[string]string{
-				"csi.storage.k8s.io/provisioner-secret-name": "absent", "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}"}}), "")
-			return "data"
-		}, explain.CauseMissingSecret, "absent"},
-		{"driver INVALID_ARGUMENT", func(t *testing.T, ctx context.Context, ns string) string {
-			if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Code: "InvalidArgument"}}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true}), "")
-			return "data"
-		}, explain.CauseDriverInvalidArgument, "INVALID_ARGUMENT"},
 		{"segment full", func(t *testing.T, ctx context.Context, ns string) string {
 			if err := env.SetCapacity(ctx, "z2", 0); err != nil {
 				t.Fatal(err)
@@ -98,6 +97,32 @@ func TestExplainNamesTheCause(t *testing.T) {
 			newPod(t, ctx, ns, "data", "silent-z5")
 			return "data"
 		}, explain.CauseDriverSilent, "on node silent-z5 is silent"},
+	})
+}
+
+// TestExplainNamesClaimCauses sets up each cause that keeps a claim from any
+// volume (class parameter, secret, the driver's refusal, no provisioner) and
+// checks the conclusion line names it.
+func TestExplainNamesClaimCauses(t *testing.T) {
+	runCauses(t, []causeCase{
+		{"bad class parameter", func(t *testing.T, ctx context.Context, ns string) string {
+			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true,
+				params: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}}), "")
+			return "data"
+		}, explain.CauseBadClassParameter, "unknown key(s) csi.storage.k8s.io/fs-type"},
+		{"missing secret", func(t *testing.T, ctx context.Context, ns string) string {
+			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true, params: map[string]string{
+				"csi.storage.k8s.io/provisioner-secret-name": "absent", "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}"}}), "")
+			return "data"
+		}, explain.CauseMissingSecret, "absent"},
+		{"driver INVALID_ARGUMENT", func(t *testing.T, ctx context.Context, ns string) string {
+			if err := env.SetFaults(ctx, []faults.Rule{{Method: "CreateVolume", Code: "InvalidArgument"}}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
+			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true}), "")
+			return "data"
+		}, explain.CauseDriverInvalidArgument, "INVALID_ARGUMENT"},
 		{"no provisioner running", func(t *testing.T, ctx context.Context, ns string) string {
 			env.KillProvisioner()
 			t.Cleanup(func() {
@@ -108,14 +133,7 @@ func TestExplainNamesTheCause(t *testing.T) {
 			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true}), "")
 			return "data"
 		}, explain.CauseNoProvisioner, "its leader Lease " + leaseNamespace + "/"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, ns := newNamespace(t)
-			claim := tc.setup(t, ctx, ns)
-			waitCause(t, ctx, ns, claim, tc.cause, tc.want)
-		})
-	}
+	})
 }
 
 // TestExplainBoundClaim checks that a bound claim's conclusion says what
