@@ -35,6 +35,7 @@ const usage = `Explain where a claim of a CSI driver can go and what stops it.
 Usage:
   kubectl csi-topology explain pvc/NAME [-n NAMESPACE] [-o text|json]
   kubectl csi-topology explain pod/NAME [-n NAMESPACE] [-o text|json]
+  kubectl csi-topology explain pvc --all [-n NAMESPACE] [-o text|json]
   kubectl-csi_topology explain ...   (the same, as a plain binary)
 
 It only reads the cluster (get and list); a read that RBAC refuses is named,
@@ -47,7 +48,7 @@ type config struct {
 	kubeconfig, context, namespace, output string
 	opts                                   explain.Options
 	timeout                                time.Duration
-	showVersion                            bool
+	showVersion, all                       bool
 	args                                   []string
 }
 
@@ -67,6 +68,7 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.opts.LeaseNamespace, "lease-namespace", "", "Namespace of the provisioner's leader-election Lease (its --leader-election-namespace); empty searches every namespace.")
 	fs.StringVar(&c.opts.HeartbeatNamespace, "heartbeat-namespace", "", "Namespace of the driver's heartbeat Leases (csi-node-publisher's --lease-namespace); empty reads every namespace.")
 	fs.DurationVar(&c.timeout, "request-timeout", 30*time.Second, "How long the whole explanation may take.")
+	fs.BoolVar(&c.all, "all", false, "With \"explain pvc\": explain every claim of the namespace that is not bound, grouped by cause.")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit.")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -95,10 +97,10 @@ func target(args []string) (kind, name string, err error) {
 	default:
 		return "", "", errors.New("explain takes one object: pvc/NAME or pod/NAME")
 	}
-	switch strings.ToLower(kind) {
-	case "pvc", "pvcs", "persistentvolumeclaim", "persistentvolumeclaims":
+	switch {
+	case isClaimKind(kind):
 		return "pvc", name, nil
-	case "pod", "pods", "po":
+	case strings.EqualFold(kind, "pod") || strings.EqualFold(kind, "pods") || strings.EqualFold(kind, "po"):
 		return "pod", name, nil
 	}
 	return "", "", fmt.Errorf("explain takes a pvc or a pod, not %q", kind)
@@ -128,6 +130,9 @@ func client(c config) (kubernetes.Interface, string, error) {
 }
 
 func run(ctx context.Context, c config, stdout io.Writer) error {
+	if c.all {
+		return runAll(ctx, c, stdout)
+	}
 	kind, name, err := target(c.args)
 	if err != nil {
 		return err
@@ -166,6 +171,37 @@ func run(ctx context.Context, c config, stdout io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// runAll explains every claim of the namespace that is not bound.
+func runAll(ctx context.Context, c config, stdout io.Writer) error {
+	if len(c.args) != 2 || c.args[0] != "explain" || !isClaimKind(c.args[1]) {
+		return errors.New("--all takes \"explain pvc\" without a name")
+	}
+	cs, ns, err := client(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	sum, err := explain.Namespace(ctx, cs, ns, c.opts)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sum)
+	}
+	return explain.WriteSummary(stdout, sum)
+}
+
+func isClaimKind(kind string) bool {
+	switch strings.ToLower(kind) {
+	case "pvc", "pvcs", "persistentvolumeclaim", "persistentvolumeclaims":
+		return true
+	}
+	return false
 }
 
 func main() {

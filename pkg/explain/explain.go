@@ -67,6 +67,30 @@ type Report struct {
 	Denied []Denied `json:"denied,omitempty"`
 }
 
+// readClusterCached reads the cluster for the claim's driver, or takes
+// what an earlier claim of the driver read from cache.
+func (r *reader) readClusterCached(ctx context.Context, cache map[string]*clusterReads) error {
+	if r.s.class == nil {
+		return nil
+	}
+	if c, ok := cache[r.s.class.Provisioner]; ok {
+		c.apply(r.s)
+		return nil
+	}
+	before := make(map[string]bool, len(r.s.read))
+	for k := range r.s.read {
+		before[k] = true
+	}
+	deniedBefore := len(r.s.denied)
+	if err := r.readCluster(ctx); err != nil {
+		return err
+	}
+	if cache != nil {
+		cache[r.s.class.Provisioner] = capture(r.s, before, deniedBefore)
+	}
+	return nil
+}
+
 // Claim explains one claim.
 func Claim(ctx context.Context, client kubernetes.Interface, namespace, name string, opts Options) (*Report, error) {
 	return explain(ctx, client, namespace, name, nil, opts)
@@ -100,6 +124,12 @@ func Pod(ctx context.Context, client kubernetes.Interface, namespace, name strin
 }
 
 func explain(ctx context.Context, client kubernetes.Interface, namespace, name string, pod *v1.Pod, opts Options) (*Report, error) {
+	return explainCached(ctx, client, namespace, name, pod, opts, nil)
+}
+
+// explainCached is explain with the cluster reads of each driver taken from
+// cache, or read and put there (cache may be nil: no sharing).
+func explainCached(ctx context.Context, client kubernetes.Interface, namespace, name string, pod *v1.Pod, opts Options, cache map[string]*clusterReads) (*Report, error) {
 	logger := klog.FromContext(ctx)
 	if opts.Now.IsZero() {
 		opts.Now = time.Now()
@@ -112,10 +142,8 @@ func explain(ctx context.Context, client kubernetes.Interface, namespace, name s
 	if err := r.readClaim(ctx, namespace, name); err != nil {
 		return nil, err
 	}
-	if r.s.class != nil {
-		if err := r.readCluster(ctx); err != nil {
-			return nil, err
-		}
+	if err := r.readClusterCached(ctx, cache); err != nil {
+		return nil, err
 	}
 	logger.V(4).Info("Read the cluster", "claim", klog.KObj(r.s.claim), "nodes", len(r.s.nodes), "duration", time.Since(start))
 	e := &explainer{s: r.s, now: opts.Now}

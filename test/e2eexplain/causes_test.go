@@ -2,6 +2,7 @@ package e2eexplain
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,4 +145,39 @@ func TestExplainBoundClaim(t *testing.T) {
 	newPod(t, ctx, ns, "data", "node-z1-a")
 	waitBound(t, ctx, ns, "data")
 	waitCause(t, ctx, ns, "data", explain.CauseBound, "placed by: selected node node-z1-a, segment "+lab.ZoneKey+"=z1")
+}
+
+// TestExplainAllGroupsByCause checks the summary over a namespace: the
+// claims that are not bound, grouped by the cause their conclusion names.
+func TestExplainAllGroupsByCause(t *testing.T) {
+	ctx, ns := newNamespace(t)
+	narrow := newClass(t, ctx, ns+"-narrow", classOpts{zones: []string{"z9"}})
+	for _, name := range []string{"narrow-a", "narrow-b"} {
+		newClaim(t, ctx, ns, name, narrow, "")
+		newPod(t, ctx, ns, name, "")
+	}
+	newClaim(t, ctx, ns, "typo", newClass(t, ctx, ns+"-typo", classOpts{immediate: true,
+		params: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}}), "")
+	newClaim(t, ctx, ns, "done", newClass(t, ctx, ns, classOpts{}), "")
+	newPod(t, ctx, ns, "done", "node-z1-a")
+	waitBound(t, ctx, ns, "done")
+	want := []string{
+		"namespace " + ns + ": 3 of 4 claim(s) not bound",
+		"  " + string(explain.CauseNoAllowedSegment) + " (2): narrow-a, narrow-b",
+		"  " + string(explain.CauseBadClassParameter) + " (1): typo",
+	}
+	var out string
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		var err error
+		out, err = runTool(ctx, env.Cluster.Kubeconfig, "explain", "pvc", "--all", "-n", ns)
+		for _, w := range want {
+			if err != nil || !strings.Contains(out, w) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("explain pvc --all never gave %q: %v\n%s", want, err, out)
+	}
+	t.Logf("explain pvc --all:\n%s", out)
 }
