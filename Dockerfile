@@ -79,6 +79,11 @@ COPY --from=builder /out/mock-driver /mock-driver
 LABEL org.opencontainers.image.title="mock-driver"
 ENTRYPOINT ["/mock-driver"]
 
+FROM runtime AS kubectl-csi_topology
+COPY --from=builder /out/kubectl-csi_topology /kubectl-csi_topology
+LABEL org.opencontainers.image.title="kubectl-csi_topology"
+ENTRYPOINT ["/kubectl-csi_topology"]
+
 # The last stage, what a build without --target gives: the provisioner.
 FROM runtime AS csi-provisioner
 COPY --from=builder /out/csi-provisioner /csi-provisioner

@@ -32,6 +32,7 @@ var binaries = []struct {
 	{name: "csi-provisioner", version: "csi-provisioner " + testVersion},
 	{name: "csi-scheduler-extender", version: "csi-scheduler-extender " + testVersion},
 	{name: "csi-topology-scheduler", version: "csi-topology-scheduler " + testVersion + " (Kubernetes v1."},
+	{name: "kubectl-csi_topology", version: "kubectl-csi_topology " + testVersion},
 	{name: "mock-driver", version: "mock-driver " + testVersion},
 }
 
