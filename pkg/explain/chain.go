@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
@@ -32,7 +33,7 @@ type explainer struct {
 	// core and filter are the scheduler core and its verdict per node the
 	// pod may use (nil: fits).
 	core    *scheduler.Core
-	live    *limits.Liveness
+	live    *heartbeat.Liveness
 	counter *limits.Counter
 	caps    scheduler.CapacitySource
 	filter  map[string]*scheduler.Status

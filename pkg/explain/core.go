@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 )
@@ -50,7 +51,7 @@ func newStores(s *snapshot) (*stores, error) {
 	if err := limits.AddIndexers(st.pods, st.claims, st.attachments); err != nil {
 		return nil, err
 	}
-	if err := limits.AddLeaseIndexer(st.leases); err != nil {
+	if err := heartbeat.AddLeaseIndexer(st.leases); err != nil {
 		return nil, err
 	}
 	claims := s.allClaims
@@ -83,7 +84,7 @@ func newStores(s *snapshot) (*stores, error) {
 // capacities were read, liveness when heartbeats were, the attach-limit
 // count when pods, claims, PVs and VolumeAttachments of the whole cluster
 // were.
-func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *limits.Liveness, *limits.Counter, scheduler.CapacitySource, error) {
+func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *heartbeat.Liveness, *limits.Counter, scheduler.CapacitySource, error) {
 	caps, err := scheduler.NewCapacitySource(st.capacities)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("capacity source: %w", err)
@@ -91,7 +92,7 @@ func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *limits.L
 	if err := fill(st.capacities, s.capacities); err != nil {
 		return nil, nil, nil, nil, err
 	}
-	live, err := limits.NewLiveness(st.leases.GetIndexer())
+	live, err := heartbeat.NewLiveness(st.leases.GetIndexer())
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("liveness: %w", err)
 	}

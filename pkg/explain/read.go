@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 )
 
 // pageSize is the page of every list: a 5 000-node cluster is read in ten
@@ -169,7 +169,7 @@ func (r *reader) readCluster(ctx context.Context) error {
 
 func heartbeatOptions() metav1.ListOptions {
 	var o metav1.ListOptions
-	limits.LeaseListOptions(&o)
+	heartbeat.LeaseListOptions(&o)
 	return o
 }
 
