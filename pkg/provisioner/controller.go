@@ -10,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
@@ -133,115 +134,32 @@ type Controller struct {
 
 // NewController wires a Provisioner for the driver behind csiClient.
 func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, csiClient ControllerClient) (*Controller, error) {
-	if clients.Events == nil {
-		clients.Events = clients.Work
-	}
-	if clients.LeaderElection == nil {
-		clients.LeaderElection = clients.Work
-	}
-	if clients.Capacity == nil {
-		clients.Capacity = clients.Work
-	}
-	client := clients.Work
+	clients = clients.withDefaults()
 	cfg = cfg.withDefaults()
-	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
-		return nil, fmt.Errorf("retry interval max %s is below retry interval start %s", cfg.RetryIntervalMax, cfg.RetryIntervalStart)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	nd := cfg.Provisioner.Node
-	if nd != nil && cfg.LeaderElection {
-		return nil, fmt.Errorf("node deployment runs an instance on every node: leader election would stop all but one")
-	}
-	// Cached objects are trimmed to what the provisioner reads (Nodes to
-	// their labels, CSINodes to the driver's entry): see TrimForDriver.
-	trim := TrimForDriver(cfg.Provisioner.DriverName)
-	transform := trim
-	if nd != nil {
-		transform = nd.trimForCache
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod, informers.WithTransform(transform))
-	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
-	volumes := factory.Core().V1().PersistentVolumes().Informer()
-	classes := factory.Storage().V1().StorageClasses().Informer()
-	// With node deployment, the node's own Node and CSINode only.
-	nodeFactory, nodeTweak := factory, func(*metav1.ListOptions) {}
-	var ownNodeFactory informers.SharedInformerFactory
-	if nd != nil {
-		nodeTweak = nd.nodeFieldSelector
-		ownNodeFactory = informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod,
-			informers.WithTransform(trim), informers.WithTweakListOptions(nodeTweak))
-		nodeFactory = ownNodeFactory
-	}
-	nodes, ownNodes := newNodeInformer(clients.Metadata, nodeFactory, cfg.ResyncPeriod, nodeTweak)
-	csiNodes := nodeFactory.Storage().V1().CSINodes()
-
+	inf := newControllerInformers(cfg, clients)
 	index := topology.NewIndex(cfg.Provisioner.DriverName)
-	indexSynced, err := feedIndex(index, nodes, csiNodes.Informer())
+	indexSynced, err := feedIndex(index, inf.nodes, inf.csiNodes.Informer())
 	if err != nil {
 		return nil, err
 	}
-	decisions := NewDecisionLog()
-	var capacity *CapacityPublisher
-	var capacityFactory informers.SharedInformerFactory
-	if cfg.Capacity != nil {
-		cc := *cfg.Capacity
-		cc.DriverName = cfg.Provisioner.DriverName
-		if nd != nil {
-			cc.ManagedBy = ManagedBy(nd.NodeName)
-		}
-		cc = cc.withDefaults()
-		// Only this provisioner's objects: with node deployment, every
-		// node's instance has its own.
-		capacityFactory = informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod,
-			informers.WithNamespace(cc.Namespace), informers.WithTransform(TrimForCache),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cc.selector().String() }))
-		capacity = NewCapacityPublisher(cc, clients.Capacity, csiClient, index,
-			factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
-	}
-	sources, err := wireSources(ctx, cfg, clients, factory)
+	capacity, capacityFactory := newCapacity(cfg, clients, csiClient, index, inf.factory)
+	sources, err := wireSources(ctx, cfg, clients, inf.factory)
 	if err != nil {
 		return nil, err
 	}
-	deps := Deps{
-		Sources:    sources.sources,
-		CSI:        csiClient,
-		Secrets:    client.CoreV1(),
-		CSINodes:   csiNodes.Lister(),
-		Classes:    factory.Storage().V1().StorageClasses().Lister(),
-		Index:      index,
-		Decisions:  decisions,
-		Selections: NewSelectionClock(nil),
-		// Only node deployment hands claims back for a silent driver.
-		DriverStatus: cfg.DriverStatus,
+	deps, attachments, err := newDeps(cfg, clients, csiClient, inf, index, sources)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Metrics != nil {
-		deps.Metrics = NewMetrics(cfg.Metrics)
-	}
-	if !cfg.DisableInFlightRecord {
-		deps.ClaimPatcher = client.CoreV1()
-	}
-	deps.Retries = NewSlowRetries(workqueue.NewItemExponentialFailureRateLimiter(cfg.RetryIntervalStart, cfg.RetryIntervalMax), cfg.RetryIntervalMax)
-	var attachments cache.SharedIndexInformer
-	if cfg.Provisioner.SupportsAttach {
-		attachments = factory.Storage().V1().VolumeAttachments().Informer()
-		if deps.Attachments, err = NewAttachmentIndex(attachments); err != nil {
+	if capacity != nil {
+		if err := wireCapacity(cfg, capacity, &deps, index, inf.classes); err != nil {
 			return nil, err
 		}
 	}
-	if capacity != nil {
-		capacity.metrics = deps.Metrics
-		if cfg.Metrics != nil {
-			cfg.Metrics.CustomMustRegister(newCapacityCollector(capacity))
-		}
-		deps.Capacity = capacity
-		// New segments and classes get their objects at once, not at the
-		// next poll: with CSIDriver.storageCapacity, a segment without an
-		// object has no room as far as kube-scheduler is concerned.
-		index.OnNewSegment(func(s topology.Segment) { capacity.TouchSegment(s.String()) })
-		if _, err := classes.AddEventHandler(classHandler(cfg.Provisioner.DriverName, capacity.TouchAll)); err != nil {
-			return nil, fmt.Errorf("watching storage classes: %w", err)
-		}
-	}
-	if _, err := claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
+	if _, err := inf.claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
 		return nil, fmt.Errorf("watching claims: %w", err)
 	}
 	p, err := New(cfg.Provisioner, deps)
@@ -251,26 +169,19 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	libClient := clients.Work
 	var records *recordKeeper
 	if p.records != nil {
-		if records, err = newRecordKeeper(ctx, p, claims, factory.Core().V1().PersistentVolumes().Lister(),
-			factory.Storage().V1().StorageClasses().Lister(), client.CoreV1(), clients.Events, cfg.Metrics); err != nil {
+		if records, err = newRecordKeeper(ctx, p, inf.claims, inf.factory.Core().V1().PersistentVolumes().Lister(),
+			inf.factory.Storage().V1().StorageClasses().Lister(), clients.Work.CoreV1(), clients.Events, cfg.Metrics); err != nil {
 			return nil, err
 		}
 		libClient = withRecordGuard(libClient, p, records.recorder)
-		if err := records.watchVolumes(volumes); err != nil {
+		if err := records.watchVolumes(inf.volumes); err != nil {
 			return nil, err
 		}
 	}
-	libClaims, libVolumes := newReplayInformer(claims, pendingClaim), newReplayInformer(volumes, volumeToDelete)
-	var claimer *nodeClaimer
-	if nd != nil {
-		// The library sees this node's claims and volumes only.
-		libClaims.scope, libVolumes.scope = nd.ownsClaim, nd.ownsVolume
-		if nd.ImmediateBinding {
-			if claimer, err = newNodeClaimer(nd, p, claims, factory.Storage().V1().StorageClasses().Lister(),
-				nodeLister{nodes.GetIndexer()}, client.CoreV1(), cfg.Capacity != nil); err != nil {
-				return nil, err
-			}
-		}
+	libClaims, libVolumes := newReplayInformer(inf.claims, pendingClaim), newReplayInformer(inf.volumes, volumeToDelete)
+	claimer, err := scopeToNode(cfg, clients, p, inf, libClaims, libVolumes)
+	if err != nil {
+		return nil, err
 	}
 	if attachments != nil {
 		// A PV waiting for its detach is deleted as soon as it is detached.
@@ -278,14 +189,183 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			return nil, fmt.Errorf("watching VolumeAttachments: %w", err)
 		}
 	}
+	opts := append(libraryOptions(cfg, inf, libClaims, libVolumes, deps.Retries), p.migration.libraryOptions(klog.FromContext(ctx))...)
+	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, deps.Decisions),
+		cfg.Provisioner.DriverName, p, opts...)
+	var nodeInformer cache.SharedIndexInformer
+	if inf.ownNodes {
+		nodeInformer = inf.nodes
+	}
+	return &Controller{cfg: cfg, clients: clients, factory: inf.factory, nodes: nodeInformer, nodeFactory: inf.ownNodeFactory, claimer: claimer,
+		provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
+		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, records: records}, nil
+}
+
+// withDefaults fills the clients left nil with Work.
+func (c Clients) withDefaults() Clients {
+	if c.Events == nil {
+		c.Events = c.Work
+	}
+	if c.LeaderElection == nil {
+		c.LeaderElection = c.Work
+	}
+	if c.Capacity == nil {
+		c.Capacity = c.Work
+	}
+	return c
+}
+
+// check refuses settings that cannot work together.
+func (cfg ControllerConfig) check() error {
+	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
+		return fmt.Errorf("retry interval max %s is below retry interval start %s", cfg.RetryIntervalMax, cfg.RetryIntervalStart)
+	}
+	if cfg.Provisioner.Node != nil && cfg.LeaderElection {
+		return fmt.Errorf("node deployment runs an instance on every node: leader election would stop all but one")
+	}
+	return nil
+}
+
+// controllerInformers are the informers NewController wires: claims, PVs
+// and classes of one shared factory, and Nodes and CSINodes (of the
+// instance's own node only with node deployment, from a factory of its
+// own).
+type controllerInformers struct {
+	factory                  informers.SharedInformerFactory
+	claims, volumes, classes cache.SharedIndexInformer
+	nodes                    cache.SharedIndexInformer
+	// ownNodes: nodes is run beside the factories (metadata only).
+	ownNodes       bool
+	csiNodes       storageinformers.CSINodeInformer
+	ownNodeFactory informers.SharedInformerFactory
+}
+
+func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInformers {
+	nd := cfg.Provisioner.Node
+	// Cached objects are trimmed to what the provisioner reads (Nodes to
+	// their labels, CSINodes to the driver's entry): see TrimForDriver.
+	trim := TrimForDriver(cfg.Provisioner.DriverName)
+	transform := trim
+	if nd != nil {
+		transform = nd.trimForCache
+	}
+	var inf controllerInformers
+	inf.factory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod, informers.WithTransform(transform))
+	inf.claims = inf.factory.Core().V1().PersistentVolumeClaims().Informer()
+	inf.volumes = inf.factory.Core().V1().PersistentVolumes().Informer()
+	inf.classes = inf.factory.Storage().V1().StorageClasses().Informer()
+	// With node deployment, the node's own Node and CSINode only.
+	nodeFactory, nodeTweak := inf.factory, func(*metav1.ListOptions) {}
+	if nd != nil {
+		nodeTweak = nd.nodeFieldSelector
+		inf.ownNodeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod,
+			informers.WithTransform(trim), informers.WithTweakListOptions(nodeTweak))
+		nodeFactory = inf.ownNodeFactory
+	}
+	inf.nodes, inf.ownNodes = newNodeInformer(clients.Metadata, nodeFactory, cfg.ResyncPeriod, nodeTweak)
+	inf.csiNodes = nodeFactory.Storage().V1().CSINodes()
+	return inf
+}
+
+// newCapacity returns the capacity publisher and the factory of its own
+// objects, or nils without capacity publishing.
+func newCapacity(cfg ControllerConfig, clients Clients, csiClient ControllerClient, index *topology.Index,
+	factory informers.SharedInformerFactory) (*CapacityPublisher, informers.SharedInformerFactory) {
+	if cfg.Capacity == nil {
+		return nil, nil
+	}
+	cc := *cfg.Capacity
+	cc.DriverName = cfg.Provisioner.DriverName
+	if nd := cfg.Provisioner.Node; nd != nil {
+		cc.ManagedBy = ManagedBy(nd.NodeName)
+	}
+	cc = cc.withDefaults()
+	// Only this provisioner's objects: with node deployment, every node's
+	// instance has its own.
+	capacityFactory := informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod,
+		informers.WithNamespace(cc.Namespace), informers.WithTransform(TrimForCache),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cc.selector().String() }))
+	capacity := NewCapacityPublisher(cc, clients.Capacity, csiClient, index,
+		factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
+	return capacity, capacityFactory
+}
+
+// newDeps gathers the Provisioner's dependencies; attachments is the
+// VolumeAttachment informer for a driver that attaches (nil otherwise).
+func newDeps(cfg ControllerConfig, clients Clients, csiClient ControllerClient, inf controllerInformers, index *topology.Index,
+	sources *sourceWiring) (deps Deps, attachments cache.SharedIndexInformer, err error) {
+	deps = Deps{
+		Sources:    sources.sources,
+		CSI:        csiClient,
+		Secrets:    clients.Work.CoreV1(),
+		CSINodes:   inf.csiNodes.Lister(),
+		Classes:    inf.factory.Storage().V1().StorageClasses().Lister(),
+		Index:      index,
+		Decisions:  NewDecisionLog(),
+		Selections: NewSelectionClock(nil),
+		// Only node deployment hands claims back for a silent driver.
+		DriverStatus: cfg.DriverStatus,
+	}
+	if cfg.Metrics != nil {
+		deps.Metrics = NewMetrics(cfg.Metrics)
+	}
+	if !cfg.DisableInFlightRecord {
+		deps.ClaimPatcher = clients.Work.CoreV1()
+	}
+	deps.Retries = NewSlowRetries(workqueue.NewItemExponentialFailureRateLimiter(cfg.RetryIntervalStart, cfg.RetryIntervalMax), cfg.RetryIntervalMax)
+	if cfg.Provisioner.SupportsAttach {
+		attachments = inf.factory.Storage().V1().VolumeAttachments().Informer()
+		if deps.Attachments, err = NewAttachmentIndex(attachments); err != nil {
+			return Deps{}, nil, err
+		}
+	}
+	return deps, attachments, nil
+}
+
+// wireCapacity hands the capacity publisher to the provisioner and keeps it
+// current: new segments and classes get their objects at once, not at the
+// next poll (with CSIDriver.storageCapacity, a segment without an object
+// has no room as far as kube-scheduler is concerned).
+func wireCapacity(cfg ControllerConfig, capacity *CapacityPublisher, deps *Deps, index *topology.Index, classes cache.SharedIndexInformer) error {
+	capacity.metrics = deps.Metrics
+	if cfg.Metrics != nil {
+		cfg.Metrics.CustomMustRegister(newCapacityCollector(capacity))
+	}
+	deps.Capacity = capacity
+	index.OnNewSegment(func(s topology.Segment) { capacity.TouchSegment(s.String()) })
+	if _, err := classes.AddEventHandler(classHandler(cfg.Provisioner.DriverName, capacity.TouchAll)); err != nil {
+		return fmt.Errorf("watching storage classes: %w", err)
+	}
+	return nil
+}
+
+// scopeToNode, with node deployment, limits the library to the node's
+// claims and volumes and returns the claimer of immediate-binding claims
+// (nil without ImmediateBinding, or without node deployment).
+func scopeToNode(cfg ControllerConfig, clients Clients, p *Provisioner, inf controllerInformers, libClaims, libVolumes *replayInformer) (*nodeClaimer, error) {
+	nd := cfg.Provisioner.Node
+	if nd == nil {
+		return nil, nil
+	}
+	libClaims.scope, libVolumes.scope = nd.ownsClaim, nd.ownsVolume
+	if !nd.ImmediateBinding {
+		return nil, nil
+	}
+	return newNodeClaimer(nd, p, inf.claims, inf.factory.Storage().V1().StorageClasses().Lister(),
+		nodeLister{inf.nodes.GetIndexer()}, clients.Work.CoreV1(), cfg.Capacity != nil)
+}
+
+// libraryOptions are the provisioning library's options.
+func libraryOptions(cfg ControllerConfig, inf controllerInformers, libClaims, libVolumes *replayInformer,
+	retries *SlowRetries) []func(*controller.ProvisionController) error {
 	opts := []func(*controller.ProvisionController) error{
 		controller.ClaimsInformer(libClaims),
 		controller.VolumesInformer(libVolumes),
-		controller.ClassesInformer(classes),
-		controller.NodesLister(nodeLister{nodes.GetIndexer()}),
+		controller.ClassesInformer(inf.classes),
+		controller.NodesLister(nodeLister{inf.nodes.GetIndexer()}),
 		controller.Threadiness(cfg.WorkerThreads),
 		controller.ResyncPeriod(cfg.ResyncPeriod),
-		controller.RateLimiter(deps.Retries),
+		controller.RateLimiter(retries),
 		controller.CreateProvisionedPVLimiter(workqueue.DefaultControllerRateLimiter()),
 		controller.AddFinalizer(true),
 		controller.FailedProvisionThreshold(0),
@@ -297,16 +377,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	if cfg.Metrics != nil {
 		opts = append(opts, controller.MetricsInstance(newLibraryMetrics(cfg.Metrics)))
 	}
-	opts = append(opts, p.migration.libraryOptions(klog.FromContext(ctx))...)
-	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, decisions),
-		cfg.Provisioner.DriverName, p, opts...)
-	var nodeInformer cache.SharedIndexInformer
-	if ownNodes {
-		nodeInformer = nodes
-	}
-	return &Controller{cfg: cfg, clients: clients, factory: factory, nodes: nodeInformer, nodeFactory: ownNodeFactory, claimer: claimer,
-		provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
-		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, records: records}, nil
+	return opts
 }
 
 // RetryNow queues every claim without a volume and every PV that may need

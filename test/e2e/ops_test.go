@@ -29,6 +29,24 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The driver's call counts are not per class: no volume of an earlier
+	// test may still be waiting for its DeleteVolume when the counting
+	// provisioner starts.
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, pv := range pvs.Items {
+			if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == lab.DriverName &&
+				(pv.DeletionTimestamp != nil || pv.Status.Phase == v1.VolumeReleased) && pv.Spec.PersistentVolumeReclaimPolicy == v1.PersistentVolumeReclaimDelete {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("volumes of earlier tests still being deleted: %v", err)
+	}
 	if err := env.StartProvisioner("--http-endpoint="+addr, "--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=1h"); err != nil {
 		t.Fatal(err)
 	}

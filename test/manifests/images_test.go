@@ -17,7 +17,8 @@ import (
 // (tools/image's -repository default).
 const imageRepository = "csi-topology-provisioner"
 
-// productBinaries are the directories of cmd/: what `make image` builds.
+// productBinaries are the directories of cmd/ whose images the cluster runs:
+// what `make image` builds, less the clientTools.
 func productBinaries(t *testing.T) []string {
 	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(cluster.RepoRoot, "cmd"))
@@ -26,12 +27,16 @@ func productBinaries(t *testing.T) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if e.IsDir() {
+		if e.IsDir() && !slices.Contains(clientTools, e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
 	return out
 }
+
+// clientTools are commands run by users, not by the cluster: `make image`
+// builds their images too, but no manifest runs them and kind needs none.
+var clientTools = []string{"kubectl-csi_topology"}
 
 // containerImages are the images of every container of the rendered
 // Deployments and DaemonSets.
