@@ -192,35 +192,9 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningFinished, err
 	}
 	req.setSource()
-	decision := "driver without topology support, no requirements"
-	// seg is the selected node's segment, nil for immediate binding.
-	var seg topology.Segment
-	if p.cfg.SupportsTopology {
-		reqs, err := p.requirements(opts, selectedNode, req.source)
-		if err != nil {
-			state, reason := requirementsState(err, delayed)
-			return p.fail(ctx, claim, req.csi.Name, state, reason, fmt.Errorf("computing topology requirements: %w", err))
-		}
-		strict := p.cfg.StrictTopology
-		if delayed {
-			seg = nodeSegment(reqs)
-		}
-		// A claim whose earlier CreateVolume may still be running in the
-		// driver is asked again as before: the idempotent call returns
-		// that volume (holding it would delete a volume perhaps made in
-		// the node's segment; other requirements could be refused).
-		if _, pending := p.backgroundName(claim.UID); seg != nil && !pending {
-			if st := p.full.status(class.Name, seg); st.held {
-				return p.fail(ctx, claim, req.csi.Name, controller.ProvisioningReschedule, RescheduleNoCapacity,
-					&segmentFullError{class: class.Name, segment: seg.String(), status: st})
-			} else if st.known && !st.wide {
-				// Only the node's segment: the driver must not fall back
-				// to a segment the node cannot reach.
-				reqs, strict = onlySegment(seg), true
-			}
-		}
-		req.csi.AccessibilityRequirements = reqs
-		decision = describeRequirements(selectedNode, reqs, strict)
+	seg, decision, end := p.placeRequest(opts, req, selectedNode)
+	if end != nil {
+		return p.fail(ctx, claim, req.csi.Name, end.state, end.reason, end.err)
 	}
 	if ref := req.secrets[secretProvisioner]; ref != nil {
 		if req.csi.Secrets, err = p.readSecret(ctx, ref); err != nil {
@@ -244,18 +218,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	resp, err := p.deps.CSI.CreateVolume(callCtx, req.csi)
 	cancel()
 	if err != nil {
-		state, reason := createVolumeState(err, delayed)
-		if reason == RescheduleNoCapacity && seg != nil {
-			p.full.learn(ctx, class.Name, seg, false, "RESOURCE_EXHAUSTED")
-		}
-		code := status.Code(err)
-		err = fmt.Errorf("CreateVolume %q: %w", req.csi.Name, err)
-		if code == codes.InvalidArgument && p.deps.Retries != nil {
-			p.deps.Retries.Slow(claim.UID)
-			err = fmt.Errorf("%w; the driver finds the request invalid: next attempt in %s, or at once when the claim changes",
-				err, p.deps.Retries.Max())
-		}
-		return p.fail(ctx, claim, req.csi.Name, state, reason, err)
+		return p.createVolumeFailed(ctx, claim, class.Name, req.csi.Name, seg, delayed, err)
 	}
 	p.forgetBackground(claim.UID)
 	p.handBacks.forget(claim.UID)
@@ -267,6 +230,82 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		p.full.seen(ctx, class.Name, seg)
 	}
 
+	return p.finishPV(ctx, opts, req, resp, migrated, decision)
+}
+
+// attemptEnd ends a provision attempt with a state and, for a hand-back to
+// the scheduler, its reason (see Provisioner.fail).
+type attemptEnd struct {
+	state  controller.ProvisioningState
+	reason RescheduleReason
+	err    error
+}
+
+// placeRequest sets the accessibility requirements of req (a driver with
+// topology support) and returns the selected node's segment (nil for
+// immediate binding) and the decision the Event reports; a non-nil end
+// stops the attempt: the requirements cannot be computed, or the node's
+// segment is held full for the class.
+func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *createRequest, selectedNode string) (topology.Segment, string, *attemptEnd) {
+	if !p.cfg.SupportsTopology {
+		return nil, "driver without topology support, no requirements", nil
+	}
+	claim, class, delayed := opts.PVC, opts.StorageClass, selectedNode != ""
+	reqs, err := p.requirements(opts, selectedNode, req.source)
+	if err != nil {
+		state, reason := requirementsState(err, delayed)
+		return nil, "", &attemptEnd{state, reason, fmt.Errorf("computing topology requirements: %w", err)}
+	}
+	strict := p.cfg.StrictTopology
+	var seg topology.Segment
+	if delayed {
+		seg = nodeSegment(reqs)
+	}
+	// A claim whose earlier CreateVolume may still be running in the
+	// driver is asked again as before: the idempotent call returns that
+	// volume (holding it would delete a volume perhaps made in the node's
+	// segment; other requirements could be refused).
+	if _, pending := p.backgroundName(claim.UID); seg != nil && !pending {
+		if st := p.full.status(class.Name, seg); st.held {
+			return nil, "", &attemptEnd{controller.ProvisioningReschedule, RescheduleNoCapacity,
+				&segmentFullError{class: class.Name, segment: seg.String(), status: st}}
+		} else if st.known && !st.wide {
+			// Only the node's segment: the driver must not fall back to a
+			// segment the node cannot reach.
+			reqs, strict = onlySegment(seg), true
+		}
+	}
+	req.csi.AccessibilityRequirements = reqs
+	return seg, describeRequirements(selectedNode, reqs, strict), nil
+}
+
+// createVolumeFailed ends an attempt whose CreateVolume failed: a segment
+// without room is learnt as full for the class, an invalid request is
+// retried at the slow pace, and the claim is handed back or retried as the
+// code says.
+func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.PersistentVolumeClaim, class, name string, seg topology.Segment,
+	delayed bool, err error) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	state, reason := createVolumeState(err, delayed)
+	if reason == RescheduleNoCapacity && seg != nil {
+		p.full.learn(ctx, class, seg, false, "RESOURCE_EXHAUSTED")
+	}
+	code := status.Code(err)
+	err = fmt.Errorf("CreateVolume %q: %w", name, err)
+	if code == codes.InvalidArgument && p.deps.Retries != nil {
+		p.deps.Retries.Slow(claim.UID)
+		err = fmt.Errorf("%w; the driver finds the request invalid: next attempt in %s, or at once when the claim changes",
+			err, p.deps.Retries.Max())
+	}
+	return p.fail(ctx, claim, name, state, reason, err)
+}
+
+// finishPV describes the new volume as a PV (in the in-tree plugin's form
+// when migrated), or deletes the volume when it cannot be described, and
+// records the decision and the capacity the volume took.
+func (p *Provisioner) finishPV(ctx context.Context, opts controller.ProvisionOptions, req *createRequest, resp *csi.CreateVolumeResponse,
+	migrated bool, decision string) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	claim, class := opts.PVC, opts.StorageClass
+	logger := klog.FromContext(ctx)
 	pv, err := p.buildPV(opts, req, resp)
 	if err == nil {
 		err = p.checkContentSource(req, resp.GetVolume())
