@@ -78,23 +78,32 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	}
 	o.cfg.Mode = driver.Mode(o.mode)
 	o.cfg.Version = version
+	err := o.resolve()
+	return o, err
+}
+
+// resolve turns the flags that need reading or parsing (topology, the
+// segment table, capacity, mutable parameters, known nodes, faults) into
+// the driver's configuration, and refuses combinations that exclude each
+// other.
+func (o *options) resolve() error {
 	var err error
 	if o.topologyFile != "" {
 		if o.nodeTopology != "" {
-			return o, errors.New("--node-topology and --node-topology-file exclude each other")
+			return errors.New("--node-topology and --node-topology-file exclude each other")
 		}
 		if o.nodeTopology, err = nodeTopologyFromFile(o.topologyFile, o.cfg.NodeID); err != nil {
-			return o, fmt.Errorf("--node-topology-file: %w", err)
+			return fmt.Errorf("--node-topology-file: %w", err)
 		}
 	}
 	if o.cfg.NodeTopology, err = driver.ParseSegment(o.nodeTopology); err != nil {
-		return o, fmt.Errorf("--node-topology: %w", err)
+		return fmt.Errorf("--node-topology: %w", err)
 	}
 	o.cfg.MutableParameters = []string{}
 	if o.mutable != "" {
 		o.cfg.MutableParameters = strings.Split(o.mutable, ",")
 		if slices.Contains(o.cfg.MutableParameters, "") {
-			return o, fmt.Errorf("--mutable-parameters %q: a key is empty", o.mutable)
+			return fmt.Errorf("--mutable-parameters %q: a key is empty", o.mutable)
 		}
 	}
 	if o.knownNodes != "" {
@@ -103,35 +112,35 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	if o.segmentsFile != "" {
 		data, err := readJSONOrYAML(o.segmentsFile)
 		if err != nil {
-			return o, fmt.Errorf("--segments-file: %w", err)
+			return fmt.Errorf("--segments-file: %w", err)
 		}
 		table, err := driver.ParseSegmentTable(data)
 		if err != nil {
-			return o, fmt.Errorf("--segments-file %s: %w", o.segmentsFile, err)
+			return fmt.Errorf("--segments-file %s: %w", o.segmentsFile, err)
 		}
 		o.cfg.Segments, o.cfg.NodeLimits = table.Segments, table.NodeLimits
 	}
 	if o.capacity != -1 {
 		switch {
 		case o.capacity < 0:
-			return o, fmt.Errorf("--capacity-bytes %d: want bytes, or -1 for unlimited", o.capacity)
+			return fmt.Errorf("--capacity-bytes %d: want bytes, or -1 for unlimited", o.capacity)
 		case o.segmentsFile != "":
-			return o, errors.New("--capacity-bytes and --segments-file exclude each other (give the capacity in the segment table)")
+			return errors.New("--capacity-bytes and --segments-file exclude each other (give the capacity in the segment table)")
 		case o.cfg.Mode == driver.ModeNode:
-			return o, errors.New("--capacity-bytes needs a controller (--mode=controller or both)")
+			return errors.New("--capacity-bytes needs a controller (--mode=controller or both)")
 		}
 		o.cfg.Segments = []driver.SegmentConfig{{Topology: o.cfg.NodeTopology, CapacityBytes: o.capacity}}
 	}
 	if o.faultsFile != "" {
 		data, err := readJSONOrYAML(o.faultsFile)
 		if err != nil {
-			return o, fmt.Errorf("--faults-file: %w", err)
+			return fmt.Errorf("--faults-file: %w", err)
 		}
 		if o.cfg.Faults, err = faults.ParseRules(data); err != nil {
-			return o, fmt.Errorf("--faults-file %s: %w", o.faultsFile, err)
+			return fmt.Errorf("--faults-file %s: %w", o.faultsFile, err)
 		}
 	}
-	return o, nil
+	return nil
 }
 
 // nodeTopologyFromFile returns node's entry of a node topology file in the
