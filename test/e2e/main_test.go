@@ -33,7 +33,7 @@ var (
 func TestMain(m *testing.M) {
 	os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(ctx context.Context, c *controlplane.Cluster) error {
 		var err error
-		env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2", "z3"}, Racks: []string{"r1", "r2"}, NodesPerZone: 2, CapacityBytes: 100 * gi})
+		env, err = lab.Setup(ctx, c, lab.ZonesAndRacks())
 		client = c.Client
 		return err
 	}))

@@ -499,3 +499,10 @@ func AdminCall(ctx context.Context, base, method, path string, in, out any) erro
 
 // FreeAddr returns a free 127.0.0.1:port.
 func FreeAddr() (string, error) { return freeAddr() }
+
+// ZonesAndRacks is the lab of the packages that split test/e2e by concern
+// (test/e2e, test/e2estock, test/e2epublisher): zones z1–z3 with racks r1
+// and r2, two nodes per zone, 100 GiB per zone.
+func ZonesAndRacks() Config {
+	return Config{Zones: []string{"z1", "z2", "z3"}, Racks: []string{"r1", "r2"}, NodesPerZone: 2, CapacityBytes: 100 << 30}
+}
