@@ -56,7 +56,9 @@ func TestSnapshotInformer(t *testing.T) {
 			s := SnapshotInformer(client)
 			go s.API.Run(ctx)
 			if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				return lists.Load() > 0 && s.API.State() == tc.want, nil
+				// The state changes just before its log line is written.
+				logged := tc.wantLog == "" || strings.Contains(logger.GetSink().(ktesting.Underlier).GetBuffer().String(), tc.wantLog)
+				return lists.Load() > 0 && s.API.State() == tc.want && logged, nil
 			}); err != nil {
 				t.Fatalf("state %v, want %v", s.API.State(), tc.want)
 			}

@@ -29,23 +29,18 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The driver's call counts are not per class: no volume of an earlier
-	// test may still be waiting for its DeleteVolume when the counting
-	// provisioner starts.
-	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, pv := range pvs.Items {
-			if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == lab.DriverName &&
-				(pv.DeletionTimestamp != nil || pv.Status.Phase == v1.VolumeReleased) && pv.Spec.PersistentVolumeReclaimPolicy == v1.PersistentVolumeReclaimDelete {
-				return false, nil
-			}
-		}
-		return true, nil
-	}); err != nil {
-		t.Fatalf("volumes of earlier tests still being deleted: %v", err)
+	// The sidecar's gRPC metrics are not per class: earlier tests' volumes
+	// may still be deleted by this provisioner while it runs (their
+	// namespaces are removed in the background). Its DeleteVolume count is
+	// checked against the calls the driver answered since it started.
+	env.StopProvisioner()
+	before, err := env.Calls(ctx, "DeleteVolume")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sinceSeq int64
+	if len(before) > 0 {
+		sinceSeq = before[len(before)-1].Seq
 	}
 	if err := env.StartProvisioner("--http-endpoint="+addr, "--enable-capacity", "--capacity-namespace=csi-topology", "--capacity-poll-interval=1h"); err != nil {
 		t.Fatal(err)
@@ -105,12 +100,12 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		{"csi_topology_provisioner_operation_duration_seconds_count", map[string]string{"operation": "provision", "storage_class": class}, 3 + rescheduled},
 		{"csi_topology_provisioner_selected_node_to_pv_seconds_count", map[string]string{"storage_class": class}, 3},
 		{"csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/CreateVolume", "grpc_status_code": "ResourceExhausted"}, 1},
-		{"csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/DeleteVolume", "grpc_status_code": "OK"}, 1},
 	} {
 		if got := lab.MetricValue(m, c.metric, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
 		}
 	}
+	checkDeleteCalls(t, ctx, sinceSeq, url)
 	if got := lab.MetricValue(m, "csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Controller/CreateVolume", "grpc_status_code": "OK"}); got < 3 {
 		t.Errorf("CreateVolume OK calls = %v, want at least 3", got)
 	}
@@ -126,6 +121,43 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	if got := lab.HTTPStatus(ctx, "http://"+addr+"/readyz"); got != http.StatusOK {
 		t.Errorf("/readyz without leader election = %d, want 200", got)
 	}
+}
+
+// checkDeleteCalls checks csi_sidecar_operations_seconds_count for
+// successful DeleteVolume calls against the driver's record of them
+// after sinceSeq: at least this test's one, and exactly as many as the
+// driver answered (counted before and after a scrape, so that a delete of an
+// earlier test's volume running meanwhile cannot make it flaky).
+func checkDeleteCalls(t *testing.T, ctx context.Context, sinceSeq int64, url string) {
+	t.Helper()
+	labels := map[string]string{"method_name": "/csi.v1.Controller/DeleteVolume", "grpc_status_code": "OK"}
+	answered := func() int {
+		calls, err := env.Calls(ctx, "DeleteVolume")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range calls {
+			if c.Seq > sinceSeq && c.Code == "OK" && !c.CallerGone {
+				n++
+			}
+		}
+		return n
+	}
+	var got float64
+	var low, high int
+	for range 40 {
+		low = answered()
+		got = lab.MetricValue(lab.MustScrape(t, ctx, url), "csi_sidecar_operations_seconds_count", labels)
+		high = answered()
+		if got >= 1 && low == high && got == float64(low) {
+			return
+		}
+		// A delete of an earlier test's volume was answered meanwhile, or
+		// its answer is not yet counted: look again.
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Errorf("csi_sidecar_operations_seconds_count%v = %v, want the %d..%d successful DeleteVolume calls the driver answered since the provisioner started (at least 1)", labels, got, low, high)
 }
 
 // Two replicas, only the leader provisions; kill

@@ -3,6 +3,7 @@ package e2erecord
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"regexp"
@@ -90,7 +91,11 @@ func describe(counts map[string]int, n int) string {
 func TestRequestsPerVolume(t *testing.T) {
 	ctx, ns := lab.NewNamespace(t, env.Cluster, "rec-")
 	class := lab.NewClass(t, ctx, env.Cluster, "rec-cost", lab.ClassOptions{Immediate: true})
-	if err := env.StartProvisioner("-v=6"); err != nil {
+	addr, err := lab.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartProvisioner("-v=6", "--http-endpoint="+addr); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -99,8 +104,15 @@ func TestRequestsPerVolume(t *testing.T) {
 		}
 	})
 	log := env.Provisioner().LogPath()
-	lab.WaitLogged(t, ctx, env.Cluster, log, "Starting provisioner controller")
-	time.Sleep(2 * time.Second) // the informers' initial lists are done
+	// /readyz answers 200 once the informers' caches have synced: their
+	// initial lists are not a cost per volume. A loaded machine can take
+	// longer than any fixed sleep for them.
+	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return lab.HTTPStatus(ctx, "http://"+addr+"/readyz") == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("csi-provisioner not ready: %v", err)
+	}
+	time.Sleep(2 * time.Second) // optional APIs' first probes
 	_, offset := requestCounts(t, log, 0)
 
 	var claims []*v1.PersistentVolumeClaim
@@ -190,7 +202,7 @@ func claimsWithRecord(ctx context.Context, ns string) []string {
 	}
 	var out []string
 	for _, c := range list.Items {
-		if slices.Contains(c.Finalizers, provisioner.FinalizerInFlight) {
+		if slices.Contains(c.Finalizers, provisioner.InFlightRecordFinalizer) {
 			out = append(out, c.Name)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -427,6 +428,13 @@ func (l *Lab) Volumes(ctx context.Context) ([]state.Volume, error) {
 func (l *Lab) CreateRequests(ctx context.Context) ([]driver.CreateRecord, error) {
 	var out []driver.CreateRecord
 	return out, l.admin(ctx, http.MethodGet, "/requests?method=CreateVolume", nil, &out)
+}
+
+// Calls lists the Controller calls of method ("" for all) the mock
+// driver answered, oldest first, numbered by Seq.
+func (l *Lab) Calls(ctx context.Context, method string) ([]driver.CallRecord, error) {
+	var out []driver.CallRecord
+	return out, l.admin(ctx, http.MethodGet, "/requests?method="+url.QueryEscape(method), nil, &out)
 }
 
 // Segments returns the mock driver's segments with capacity and usage.
