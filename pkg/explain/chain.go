@@ -19,9 +19,9 @@ import (
 // claim goes to.
 const annSelectedNode = "volume.kubernetes.io/selected-node"
 
-// finalizerInFlight is the provisioner's in-flight record on a claim (see
+// inFlightRecordFinalizer is the provisioner's in-flight record on a claim (see
 // docs/operations.md, "The in-flight record").
-const finalizerInFlight = "provisioner.storage.kubernetes.io/volume-leak-protection"
+const inFlightRecordFinalizer = "provisioner.storage.kubernetes.io/volume-leak-protection"
 
 // maxNodeLines bounds the per-node lines; the filter line counts the rest.
 const maxNodeLines = 10

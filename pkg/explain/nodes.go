@@ -214,7 +214,7 @@ func (e *explainer) nodeDetail(name string) {
 // claim: a CreateVolume call may have made a volume that has no PV yet.
 func (e *explainer) inFlightLine() {
 	for _, f := range e.s.claim.Finalizers {
-		if f == finalizerInFlight {
+		if f == inFlightRecordFinalizer {
 			e.add("in-flight", Info, "in-flight record present: the provisioner called CreateVolume and the volume has no PV yet")
 			return
 		}

@@ -116,26 +116,26 @@ func (w *claimWriter) update(ctx context.Context, claim *v1.PersistentVolumeClai
 	return nil, fmt.Errorf("updating claim %s/%s: %w", claim.Namespace, claim.Name, errClaimKeptChanging)
 }
 
-// addRecord adds FinalizerInFlight to a claim. Finalizers merge in a
+// addRecord adds InFlightRecordFinalizer to a claim. Finalizers merge in a
 // strategic merge patch, so the others stay; an existing one is not added
 // twice, and then the patch changes nothing (no write, no new
 // resourceVersion).
 func addRecord(uid types.UID) claimChange {
 	return claimChange{patch: finalizerPatch(uid), edit: func(c *v1.PersistentVolumeClaim) {
 		if !HasInFlightFinalizer(c) {
-			c.Finalizers = append(c.Finalizers, FinalizerInFlight)
+			c.Finalizers = append(c.Finalizers, InFlightRecordFinalizer)
 		}
 	}}
 }
 
-// dropRecord removes FinalizerInFlight from a claim and leaves every other
+// dropRecord removes InFlightRecordFinalizer from a claim and leaves every other
 // finalizer.
 func dropRecord(uid types.UID) claimChange {
 	return claimChange{patch: removeFinalizerPatch(uid), edit: removeInFlightFinalizer}
 }
 
 func removeInFlightFinalizer(c *v1.PersistentVolumeClaim) {
-	c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == FinalizerInFlight })
+	c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == InFlightRecordFinalizer })
 }
 
 // dropSelectedNode removes volume.kubernetes.io/selected-node from a claim (a
@@ -143,7 +143,7 @@ func removeInFlightFinalizer(c *v1.PersistentVolumeClaim) {
 func dropSelectedNode(uid types.UID, withRecord bool, opts metav1.UpdateOptions) claimChange {
 	meta := map[string]any{"uid": uid, "annotations": map[string]any{annSelectedNode: nil}}
 	if withRecord {
-		meta["$deleteFromPrimitiveList/finalizers"] = []string{FinalizerInFlight}
+		meta["$deleteFromPrimitiveList/finalizers"] = []string{InFlightRecordFinalizer}
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": meta})
 	return claimChange{patch: patch, dryRun: opts.DryRun, fieldManager: opts.FieldManager, edit: func(c *v1.PersistentVolumeClaim) {

@@ -139,8 +139,8 @@ func TestRecordByUpdateWhenPatchRefused(t *testing.T) {
 				t.Fatalf("Provision: %v", err)
 			}
 			got := e.claim(t, "apps", "data")
-			if n := strings.Count(strings.Join(got.Finalizers, ","), FinalizerInFlight); n != 1 || !hasString(got.Finalizers, "example.com/keep") {
-				t.Errorf("claim finalizers %v, want %s once and example.com/keep", got.Finalizers, FinalizerInFlight)
+			if n := strings.Count(strings.Join(got.Finalizers, ","), InFlightRecordFinalizer); n != 1 || !hasString(got.Finalizers, "example.com/keep") {
+				t.Errorf("claim finalizers %v, want %s once and example.com/keep", got.Finalizers, InFlightRecordFinalizer)
 			}
 			if got.Annotations["example.com/keep"] != "yes" {
 				t.Errorf("claim annotations %v, want example.com/keep kept", got.Annotations)

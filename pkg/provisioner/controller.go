@@ -47,7 +47,7 @@ type ControllerConfig struct {
 	// Sources says which data-source APIs the cluster serves.
 	Sources SourcesConfig
 	// DisableInFlightRecord switches off the durable in-flight record
-	// (FinalizerInFlight, inflight.go). Unsafe: volumes can leak as they do
+	// (InFlightRecordFinalizer, inflight.go). Unsafe: volumes can leak as they do
 	// with upstream external-provisioner; it exists to show those leaks.
 	DisableInFlightRecord bool
 	// DriverStatus, when set, tells whether the driver answers
@@ -127,9 +127,9 @@ type Controller struct {
 	// without leader election).
 	leading atomic.Bool
 	sources *sourceWiring
-	// records clears the in-flight records of deleted claims; nil when the
+	// recordKeeper clears the in-flight records of deleted claims; nil when the
 	// record is off.
-	records *recordKeeper
+	recordKeeper *inFlightRecordKeeper
 }
 
 // NewController wires a Provisioner for the driver behind csiClient.
@@ -167,14 +167,14 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		return nil, err
 	}
 	libClient := clients.Work
-	var records *recordKeeper
+	var keeper *inFlightRecordKeeper
 	if p.records != nil {
-		if records, err = newRecordKeeper(ctx, p, inf.claims, inf.factory.Core().V1().PersistentVolumes().Lister(),
+		if keeper, err = newInFlightRecordKeeper(ctx, p, inf.claims, inf.factory.Core().V1().PersistentVolumes().Lister(),
 			inf.factory.Storage().V1().StorageClasses().Lister(), clients.Work.CoreV1(), clients.Events, cfg.Metrics); err != nil {
 			return nil, err
 		}
-		libClient = withRecordGuard(libClient, p, records.recorder)
-		if err := records.watchVolumes(inf.volumes); err != nil {
+		libClient = withRecordGuard(libClient, p, keeper.recorder)
+		if err := keeper.watchVolumes(inf.volumes); err != nil {
 			return nil, err
 		}
 	}
@@ -198,7 +198,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	}
 	return &Controller{cfg: cfg, clients: clients, factory: inf.factory, nodes: nodeInformer, nodeFactory: inf.ownNodeFactory, claimer: claimer,
 		provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
-		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, records: records}, nil
+		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, recordKeeper: keeper}, nil
 }
 
 // withDefaults fills the clients left nil with Work.
@@ -448,11 +448,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	work = func(ctx context.Context) {
 		c.leading.Store(true)
 		defer c.leading.Store(false)
-		if c.records != nil {
+		if c.recordKeeper != nil {
 			// Records of claims deleted while no replica led are
 			// cleared before any new provisioning.
-			c.records.reconcile(ctx)
-			go c.records.run(ctx)
+			c.recordKeeper.reconcile(ctx)
+			go c.recordKeeper.run(ctx)
 		}
 		inner(ctx)
 	}

@@ -21,23 +21,44 @@ const (
 // volume tells both that and where it was provisioned. Safe for concurrent use.
 type DecisionLog struct {
 	mu        sync.Mutex
-	decisions map[types.UID]string
+	decisions map[types.UID]Decision
+}
+
+// Decision is what a claim's ProvisioningSucceeded Event says, or that it
+// is not posted.
+type Decision struct {
+	// Placement is the topology decision, appended to the Event's message.
+	Placement string
+	// VolumeDeleted drops the Event: the new volume was deleted because
+	// its PV name was taken (the VolumeNameTaken Event says so).
+	VolumeDeleted bool
 }
 
 // NewDecisionLog returns an empty DecisionLog.
 func NewDecisionLog() *DecisionLog {
-	return &DecisionLog{decisions: map[types.UID]string{}}
+	return &DecisionLog{decisions: map[types.UID]Decision{}}
 }
 
-// Record stores the decision for a claim, replacing an earlier one.
-func (l *DecisionLog) Record(uid types.UID, decision string) {
+// Record stores the placement decision for a claim, replacing an earlier
+// entry.
+func (l *DecisionLog) Record(uid types.UID, placement string) {
+	l.put(uid, Decision{Placement: placement})
+}
+
+// RecordVolumeDeleted records that the claim's new volume was deleted, so
+// that the library's ProvisioningSucceeded Event for it is dropped.
+func (l *DecisionLog) RecordVolumeDeleted(uid types.UID) {
+	l.put(uid, Decision{VolumeDeleted: true})
+}
+
+func (l *DecisionLog) put(uid types.UID, d Decision) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.decisions[uid] = decision
+	l.decisions[uid] = d
 }
 
-// Take returns and forgets the decision for a claim.
-func (l *DecisionLog) Take(uid types.UID) (string, bool) {
+// Take returns and forgets the entry for a claim.
+func (l *DecisionLog) Take(uid types.UID) (Decision, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d, ok := l.decisions[uid]
@@ -95,11 +116,11 @@ func (e *trimmedEvents) rewrite(ev *v1.Event) (drop bool) {
 		return true
 	case reasonProvisioningSucceeded:
 		d, ok := e.log.Take(ev.InvolvedObject.UID)
-		if ok && d == decisionNameTaken {
+		if ok && d.VolumeDeleted {
 			return true // the volume was deleted; VolumeNameTaken says why
 		}
-		if ok && d != "" {
-			ev.Message += ": " + d
+		if ok && d.Placement != "" {
+			ev.Message += ": " + d.Placement
 		}
 	}
 	return false

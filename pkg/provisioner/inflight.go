@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 )
 
-// FinalizerInFlight is the finalizer that records, on a claim, that a volume
+// InFlightRecordFinalizer is the finalizer that records, on a claim, that a volume
 // of the claim's deterministic name may exist in the driver. It is added in
 // one PATCH before the first CreateVolume of the claim and removed as soon
 // as a PV of the claim exists, or, for a claim deleted before it got one,
@@ -31,7 +31,7 @@ import (
 // external-provisioner, which never removes it, can take over. The name
 // follows upstream external-provisioner's claim finalizers
 // (provisioner.storage.kubernetes.io/cloning-protection).
-const FinalizerInFlight = "provisioner.storage.kubernetes.io/volume-leak-protection"
+const InFlightRecordFinalizer = "provisioner.storage.kubernetes.io/volume-leak-protection"
 
 // Event reasons of the in-flight record, posted on the claim.
 const (
@@ -61,11 +61,11 @@ var errClaimSelectedElsewhere = fmt.Errorf("%w: claim selected for another node"
 // open: the library creates the PV right after Provision returns.
 const recentSuccess = 2 * time.Minute
 
-// inFlight is the provisioner's side of the durable in-flight record: the
+// inFlightRecords is the provisioner's side of the durable in-flight record: the
 // claim PATCH before CreateVolume, the claims being provisioned right now,
 // and the last request per claim (to ask for a volume again by name). Safe
-// for concurrent use. A nil *inFlight records nothing (protection off).
-type inFlight struct {
+// for concurrent use. A nil *inFlightRecords records nothing (protection off).
+type inFlightRecords struct {
 	// writes writes the record (and, for the record guard, hand-backs).
 	writes *claimWriter
 	// node, with node deployment, is the instance's node: a claim the
@@ -82,16 +82,16 @@ type inFlight struct {
 	succeeded map[types.UID]time.Time
 }
 
-func newInFlight(claims corev1client.PersistentVolumeClaimsGetter, node *NodeDeployment) *inFlight {
+func newInFlightRecords(claims corev1client.PersistentVolumeClaimsGetter, node *NodeDeployment) *inFlightRecords {
 	if claims == nil {
 		return nil
 	}
-	return &inFlight{writes: newClaimWriter(claims), node: node, busy: map[types.UID]bool{}, requests: map[types.UID]*csi.CreateVolumeRequest{},
+	return &inFlightRecords{writes: newClaimWriter(claims), node: node, busy: map[types.UID]bool{}, requests: map[types.UID]*csi.CreateVolumeRequest{},
 		succeeded: map[types.UID]time.Time{}}
 }
 
 // enter marks a claim as being provisioned; the returned function ends it.
-func (f *inFlight) enter(uid types.UID) func() {
+func (f *inFlightRecords) enter(uid types.UID) func() {
 	if f == nil {
 		return func() {}
 	}
@@ -107,7 +107,7 @@ func (f *inFlight) enter(uid types.UID) func() {
 
 // tryClaim reports whether no provision works on the claim, and if so
 // marks it busy for the caller; release with the returned function.
-func (f *inFlight) tryClaim(uid types.UID) (func(), bool) {
+func (f *inFlightRecords) tryClaim(uid types.UID) (func(), bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.busy[uid] {
@@ -121,13 +121,13 @@ func (f *inFlight) tryClaim(uid types.UID) (func(), bool) {
 	}, true
 }
 
-func (f *inFlight) remember(uid types.UID, req *csi.CreateVolumeRequest) {
+func (f *inFlightRecords) remember(uid types.UID, req *csi.CreateVolumeRequest) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests[uid] = proto.Clone(req).(*csi.CreateVolumeRequest)
 }
 
-func (f *inFlight) lastRequest(uid types.UID) *csi.CreateVolumeRequest {
+func (f *inFlightRecords) lastRequest(uid types.UID) *csi.CreateVolumeRequest {
 	if f == nil {
 		return nil
 	}
@@ -141,7 +141,7 @@ func (f *inFlight) lastRequest(uid types.UID) *csi.CreateVolumeRequest {
 
 // done forgets a claim whose volume got a PV (pvReturned) or whose record
 // is cleared.
-func (f *inFlight) done(uid types.UID, pvReturned bool) {
+func (f *inFlightRecords) done(uid types.UID, pvReturned bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.requests, uid)
@@ -158,34 +158,34 @@ func (f *inFlight) done(uid types.UID, pvReturned bool) {
 	}
 }
 
-func (f *inFlight) recentlySucceeded(uid types.UID) bool {
+func (f *inFlightRecords) recentlySucceeded(uid types.UID) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.succeeded[uid]
 	return ok && time.Since(t) <= recentSuccess
 }
 
-// finalizerPatch adds FinalizerInFlight to a claim, with the claim's UID as
+// finalizerPatch adds InFlightRecordFinalizer to a claim, with the claim's UID as
 // precondition. Finalizers merge in a strategic merge patch, so the others
 // stay; an existing one is not added twice, and then the patch changes
 // nothing (no write, no new resourceVersion).
 func finalizerPatch(uid types.UID) []byte {
-	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid, "finalizers": []string{FinalizerInFlight}}})
+	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid, "finalizers": []string{InFlightRecordFinalizer}}})
 	return data
 }
 
-// removeFinalizerPatch removes FinalizerInFlight from a claim and leaves
+// removeFinalizerPatch removes InFlightRecordFinalizer from a claim and leaves
 // every other finalizer.
 func removeFinalizerPatch(uid types.UID) []byte {
 	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid,
-		"$deleteFromPrimitiveList/finalizers": []string{FinalizerInFlight}}})
+		"$deleteFromPrimitiveList/finalizers": []string{InFlightRecordFinalizer}}})
 	return data
 }
 
-// HasInFlightFinalizer reports whether a claim carries FinalizerInFlight.
+// HasInFlightFinalizer reports whether a claim carries InFlightRecordFinalizer.
 func HasInFlightFinalizer(claim *v1.PersistentVolumeClaim) bool {
 	for _, f := range claim.Finalizers {
-		if f == FinalizerInFlight {
+		if f == InFlightRecordFinalizer {
 			return true
 		}
 	}
@@ -198,7 +198,7 @@ func HasInFlightFinalizer(claim *v1.PersistentVolumeClaim) bool {
 // deleted, and a claim that is gone or was replaced (other UID) fails the
 // patch: then no CreateVolume runs (errClaimGoneOrDeleting). A claim that
 // already carries the finalizer is not written again.
-func (f *inFlight) open(ctx context.Context, claim *v1.PersistentVolumeClaim, req *csi.CreateVolumeRequest) error {
+func (f *inFlightRecords) open(ctx context.Context, claim *v1.PersistentVolumeClaim, req *csi.CreateVolumeRequest) error {
 	if f == nil {
 		return nil
 	}

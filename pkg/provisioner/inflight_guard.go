@@ -35,11 +35,6 @@ func withRecordGuard(client kubernetes.Interface, p *Provisioner, recorder recor
 	return &guardClient{Interface: client, core: &guardCoreV1{CoreV1Interface: client.CoreV1(), p: p, recorder: recorder}}
 }
 
-// decisionNameTaken, recorded as a claim's decision, drops the library's
-// ProvisioningSucceeded Event of a volume whose PV name was taken (the
-// volume was deleted; the VolumeNameTaken Event tells).
-const decisionNameTaken = "\x00name taken"
-
 type guardClient struct {
 	kubernetes.Interface
 	core corev1client.CoreV1Interface
@@ -101,7 +96,7 @@ func (g *guardPVs) resolve(ctx context.Context, pv *v1.PersistentVolume) error {
 	}
 	if ref := pv.Spec.ClaimRef; ref != nil {
 		if g.c.p.deps.Decisions != nil {
-			g.c.p.deps.Decisions.Record(ref.UID, decisionNameTaken)
+			g.c.p.deps.Decisions.RecordVolumeDeleted(ref.UID)
 		}
 		claim := &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID}
 		g.c.recorder.Eventf(claim, v1.EventTypeWarning, ReasonVolumeNameTaken,

@@ -26,8 +26,8 @@ import (
 // recordWorkers is how many deleted claims' records are cleared at once.
 const recordWorkers = 8
 
-// recordKeeper clears in-flight records: a claim that carries
-// FinalizerInFlight has its finalizer removed as soon as the informer shows
+// inFlightRecordKeeper clears in-flight records: a claim that carries
+// InFlightRecordFinalizer has its finalizer removed as soon as the informer shows
 // a PV for it (the PV governs the volume, and upstream external-provisioner,
 // which never removes the finalizer, can take over after a rollback), and a
 // claim being deleted without a PV once the volume of its name is deleted
@@ -35,7 +35,7 @@ const recordWorkers = 8
 // reconcile clears every deleted claim before the library starts
 // provisioning. It also counts the open records (claims with the finalizer
 // and no bound volume). Safe for concurrent use.
-type recordKeeper struct {
+type inFlightRecordKeeper struct {
 	p        *Provisioner
 	claims   cache.SharedIndexInformer
 	pvs      corelisters.PersistentVolumeLister
@@ -43,7 +43,7 @@ type recordKeeper struct {
 	patcher  corev1client.PersistentVolumeClaimsGetter
 	recorder record.EventRecorder
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	metrics  *recordMetrics
+	metrics  *inFlightRecordMetrics
 
 	mu   sync.Mutex
 	open map[types.UID]bool
@@ -54,20 +54,20 @@ type recordKeeper struct {
 	released map[types.UID]bool
 }
 
-// recordMetrics are the in-flight record's metrics. A nil *recordMetrics
+// inFlightRecordMetrics are the in-flight record's metrics. A nil *inFlightRecordMetrics
 // records nothing.
-type recordMetrics struct {
+type inFlightRecordMetrics struct {
 	open    *metrics.Gauge
 	cleared *metrics.CounterVec
 }
 
-func newRecordMetrics(reg metrics.KubeRegistry) *recordMetrics {
+func newInFlightRecordMetrics(reg metrics.KubeRegistry) *inFlightRecordMetrics {
 	if reg == nil {
 		return nil
 	}
-	m := &recordMetrics{
+	m := &inFlightRecordMetrics{
 		open: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "in_flight_records",
-			Help: "Claims carrying the in-flight finalizer (" + FinalizerInFlight + ") without a bound volume: a volume of their name may exist without a PV."}),
+			Help: "Claims carrying the in-flight finalizer (" + InFlightRecordFinalizer + ") without a bound volume: a volume of their name may exist without a PV."}),
 		cleared: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "in_flight_records_cleared_total",
 			Help: "In-flight records removed, by outcome: pv_exists (the claim has a PV, which governs the volume), deleted (the volume was deleted), nothing_created (the driver had no volume of that name), abandoned (the volume's ID could not be learnt; see the claim's InFlightVolumeAbandoned Event)."},
 			[]string{"outcome"}),
@@ -76,32 +76,32 @@ func newRecordMetrics(reg metrics.KubeRegistry) *recordMetrics {
 	return m
 }
 
-func (m *recordMetrics) setOpen(n int) {
+func (m *inFlightRecordMetrics) setOpen(n int) {
 	if m != nil {
 		m.open.Set(float64(n))
 	}
 }
 
-func (m *recordMetrics) clearedOne(o clearOutcome) {
+func (m *inFlightRecordMetrics) clearedOne(o clearOutcome) {
 	if m != nil {
 		m.cleared.WithLabelValues(string(o)).Inc()
 	}
 }
 
-// newRecordKeeper watches claims for the records of p (which must have the
+// newInFlightRecordKeeper watches claims for the records of p (which must have the
 // record on).
-func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedIndexInformer, pvs corelisters.PersistentVolumeLister,
+func newInFlightRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedIndexInformer, pvs corelisters.PersistentVolumeLister,
 	classes storagelisters.StorageClassLister, patcher corev1client.PersistentVolumeClaimsGetter, events kubernetes.Interface,
-	reg metrics.KubeRegistry) (*recordKeeper, error) {
+	reg metrics.KubeRegistry) (*inFlightRecordKeeper, error) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: events.CoreV1().Events("")})
-	k := &recordKeeper{
+	k := &inFlightRecordKeeper{
 		p: p, claims: claims, pvs: pvs, classes: classes, patcher: patcher,
 		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-provisioner"}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](time.Second, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "inflightrecords"}),
-		metrics:  newRecordMetrics(reg),
+		metrics:  newInFlightRecordMetrics(reg),
 		open:     map[types.UID]bool{},
 		released: map[types.UID]bool{},
 	}
@@ -125,7 +125,7 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 
 // observe counts a claim's record and queues a claim that has one and is
 // deleted or has a PV.
-func (k *recordKeeper) observe(obj any) {
+func (k *inFlightRecordKeeper) observe(obj any) {
 	c, ok := obj.(*v1.PersistentVolumeClaim)
 	if !ok {
 		return
@@ -145,7 +145,7 @@ func (k *recordKeeper) observe(obj any) {
 // watchVolumes queues the claim a PV refers to whenever the PV is added or
 // changed, so that the claim's record goes as soon as its PV is in the
 // informer, whichever of the two the informers see first.
-func (k *recordKeeper) watchVolumes(volumes cache.SharedIndexInformer) error {
+func (k *inFlightRecordKeeper) watchVolumes(volumes cache.SharedIndexInformer) error {
 	queue := func(obj any) {
 		if pv, ok := obj.(*v1.PersistentVolume); ok && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID != "" {
 			k.queue.Add(cache.ObjectName{Namespace: pv.Spec.ClaimRef.Namespace, Name: pv.Spec.ClaimRef.Name})
@@ -160,7 +160,7 @@ func (k *recordKeeper) watchVolumes(volumes cache.SharedIndexInformer) error {
 	return nil
 }
 
-func (k *recordKeeper) setOpen(uid types.UID, open bool) {
+func (k *inFlightRecordKeeper) setOpen(uid types.UID, open bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if open {
@@ -173,7 +173,7 @@ func (k *recordKeeper) setOpen(uid types.UID, open bool) {
 
 // markReleased marks a live claim's record as removed, and reports false
 // when it was already (the cache has not shown the removal yet).
-func (k *recordKeeper) markReleased(uid types.UID) bool {
+func (k *inFlightRecordKeeper) markReleased(uid types.UID) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.released[uid] {
@@ -183,7 +183,7 @@ func (k *recordKeeper) markReleased(uid types.UID) bool {
 	return true
 }
 
-func (k *recordKeeper) forgetReleased(uid types.UID) {
+func (k *inFlightRecordKeeper) forgetReleased(uid types.UID) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.released, uid)
@@ -192,7 +192,7 @@ func (k *recordKeeper) forgetReleased(uid types.UID) {
 // reconcile clears the records of every deleted claim in the cache before
 // new work starts (on start and on each leader change); records it cannot
 // clear now are queued for retry.
-func (k *recordKeeper) reconcile(ctx context.Context) {
+func (k *inFlightRecordKeeper) reconcile(ctx context.Context) {
 	var pending []cache.ObjectName
 	for _, obj := range k.claims.GetStore().List() {
 		if c, ok := obj.(*v1.PersistentVolumeClaim); ok && HasInFlightFinalizer(c) && c.DeletionTimestamp != nil && k.p.cfg.Node.ownsClaim(c) {
@@ -224,7 +224,7 @@ func (k *recordKeeper) reconcile(ctx context.Context) {
 }
 
 // run clears records from the queue until ctx ends.
-func (k *recordKeeper) run(ctx context.Context) {
+func (k *inFlightRecordKeeper) run(ctx context.Context) {
 	go func() {
 		<-ctx.Done()
 		k.queue.ShutDown()
@@ -239,7 +239,7 @@ func (k *recordKeeper) run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (k *recordKeeper) next(ctx context.Context) bool {
+func (k *inFlightRecordKeeper) next(ctx context.Context) bool {
 	key, shutdown := k.queue.Get()
 	if shutdown {
 		return false
@@ -260,7 +260,7 @@ func (k *recordKeeper) next(ctx context.Context) bool {
 
 // sync clears the record of one claim, if it has one and either a PV in
 // the informer or a deletion timestamp.
-func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
+func (k *inFlightRecordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
 	obj, exists, err := k.claims.GetStore().GetByKey(key.String())
 	if err != nil || !exists {
 		return err
@@ -315,14 +315,14 @@ func (k *recordKeeper) sync(ctx context.Context, key cache.ObjectName) error {
 
 // hasPV reports whether the claim's volume is governed by a PV: the claim
 // is bound, or the PV of its deterministic name refers to it.
-func (k *recordKeeper) hasPV(claim *v1.PersistentVolumeClaim) bool {
+func (k *inFlightRecordKeeper) hasPV(claim *v1.PersistentVolumeClaim) bool {
 	return claim.Spec.VolumeName != "" || k.pvShown(claim)
 }
 
 // pvShown reports whether the PV informer holds a PV that refers to the
 // claim (claimRef UID): the one the claim is bound to, or the PV of its
 // deterministic name pvc-<claim UID>.
-func (k *recordKeeper) pvShown(claim *v1.PersistentVolumeClaim) bool {
+func (k *inFlightRecordKeeper) pvShown(claim *v1.PersistentVolumeClaim) bool {
 	for _, name := range []string{claim.Spec.VolumeName, "pvc-" + string(claim.UID)} {
 		if name == "" {
 			continue
@@ -337,7 +337,7 @@ func (k *recordKeeper) pvShown(claim *v1.PersistentVolumeClaim) bool {
 // class returns the claim's StorageClass if it still exists and is of this
 // driver (a class of the in-tree plugin the driver replaces: translated to
 // CSI, as for provisioning), else nil.
-func (k *recordKeeper) class(ctx context.Context, claim *v1.PersistentVolumeClaim) *storagev1.StorageClass {
+func (k *inFlightRecordKeeper) class(ctx context.Context, claim *v1.PersistentVolumeClaim) *storagev1.StorageClass {
 	name := ""
 	if claim.Spec.StorageClassName != nil {
 		name = *claim.Spec.StorageClassName
@@ -361,10 +361,10 @@ func (k *recordKeeper) class(ctx context.Context, claim *v1.PersistentVolumeClai
 // release removes the claim's record: one PATCH (or UPDATE, see
 // claimWriter), with the claim's UID as precondition so that a new claim of
 // the same name keeps its own.
-func (k *recordKeeper) release(ctx context.Context, claim *v1.PersistentVolumeClaim, outcome clearOutcome) error {
+func (k *inFlightRecordKeeper) release(ctx context.Context, claim *v1.PersistentVolumeClaim, outcome clearOutcome) error {
 	_, err := k.p.records.writes.write(ctx, claim, dropRecord(claim.UID))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("removing finalizer %s: %w", FinalizerInFlight, err)
+		return fmt.Errorf("removing finalizer %s: %w", InFlightRecordFinalizer, err)
 	}
 	k.p.records.done(claim.UID, false)
 	k.metrics.clearedOne(outcome)

@@ -28,8 +28,8 @@ const (
 	RemovalKept = "kept"
 )
 
-// RecordRemoval is what RemoveInFlightRecords did.
-type RecordRemoval struct {
+// InFlightRecordRemoval is what RemoveInFlightRecords did.
+type InFlightRecordRemoval struct {
 	// Claims counts the claims of the driver that carried the finalizer.
 	Claims int
 	// Outcomes counts them by outcome (RemovalKept for those left).
@@ -39,7 +39,7 @@ type RecordRemoval struct {
 	Kept []string
 }
 
-// RemoveInFlightRecords removes FinalizerInFlight from every claim of
+// RemoveInFlightRecords removes InFlightRecordFinalizer from every claim of
 // cfg.Provisioner.DriverName, for a rollback to upstream
 // external-provisioner, which never removes it. With cfg.LeaderElection it
 // first holds the provisioner's leader-election Lease (the name both images
@@ -50,14 +50,14 @@ type RecordRemoval struct {
 // record keeper does (CreateVolume to learn the ID, DeleteVolume) when
 // driver is not nil, else the claim keeps the finalizer and is reported in
 // Kept. driver may be nil (its socket is unreachable).
-func RemoveInFlightRecords(ctx context.Context, cfg ControllerConfig, clients Clients, driver ControllerClient) (RecordRemoval, error) {
+func RemoveInFlightRecords(ctx context.Context, cfg ControllerConfig, clients Clients, driver ControllerClient) (InFlightRecordRemoval, error) {
 	logger := klog.FromContext(ctx)
 	if !cfg.LeaderElection {
 		logger.Info("Leader election is off: assuming that no csi-provisioner or external-provisioner of the driver runs", "driver", cfg.Provisioner.DriverName)
 		return removeRecords(ctx, cfg, clients, driver)
 	}
 	var (
-		out  RecordRemoval
+		out  InFlightRecordRemoval
 		werr error
 		ran  bool
 	)
@@ -81,12 +81,12 @@ func RemoveInFlightRecords(ctx context.Context, cfg ControllerConfig, clients Cl
 
 // removeRecords does RemoveInFlightRecords' work, with the record keeper's
 // informers and its removal.
-func removeRecords(ctx context.Context, cfg ControllerConfig, clients Clients, driver ControllerClient) (RecordRemoval, error) {
+func removeRecords(ctx context.Context, cfg ControllerConfig, clients Clients, driver ControllerClient) (InFlightRecordRemoval, error) {
 	k, err := newResidueKeeper(ctx, cfg, clients, driver)
 	if err != nil {
-		return RecordRemoval{}, err
+		return InFlightRecordRemoval{}, err
 	}
-	out := RecordRemoval{Outcomes: map[string]int{}}
+	out := InFlightRecordRemoval{Outcomes: map[string]int{}}
 	for _, obj := range k.claims.GetStore().List() {
 		claim, ok := obj.(*v1.PersistentVolumeClaim)
 		if !ok || !HasInFlightFinalizer(claim) || !k.ofDriver(ctx, claim) {
@@ -110,7 +110,7 @@ func removeRecords(ctx context.Context, cfg ControllerConfig, clients Clients, d
 // newResidueKeeper returns a record keeper whose claim, PV and class
 // informers have synced; it is never run, its removal and clearing are
 // called claim by claim.
-func newResidueKeeper(ctx context.Context, cfg ControllerConfig, clients Clients, driver ControllerClient) (*recordKeeper, error) {
+func newResidueKeeper(ctx context.Context, cfg ControllerConfig, clients Clients, driver ControllerClient) (*inFlightRecordKeeper, error) {
 	pcfg := cfg.Provisioner.withDefaults()
 	if err := pcfg.validate(); err != nil {
 		return nil, err
@@ -120,13 +120,13 @@ func newResidueKeeper(ctx context.Context, cfg ControllerConfig, clients Clients
 	pvs := factory.Core().V1().PersistentVolumes()
 	classes := factory.Storage().V1().StorageClasses()
 	p := &Provisioner{cfg: pcfg, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
-		full: newFullSegments(nil, pcfg.FullSegmentHold, nil), records: newInFlight(clients.Work.CoreV1(), pcfg.Node),
+		full: newFullSegments(nil, pcfg.FullSegmentHold, nil), records: newInFlightRecords(clients.Work.CoreV1(), pcfg.Node),
 		deps: Deps{CSI: driver, Secrets: clients.Work.CoreV1(), ClaimPatcher: clients.Work.CoreV1(), Classes: classes.Lister()}}
 	events := clients.Events
 	if events == nil {
 		events = clients.Work
 	}
-	k, err := newRecordKeeper(ctx, p, claims, pvs.Lister(), classes.Lister(), clients.Work.CoreV1(), events, nil)
+	k, err := newInFlightRecordKeeper(ctx, p, claims, pvs.Lister(), classes.Lister(), clients.Work.CoreV1(), events, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func newResidueKeeper(ctx context.Context, cfg ControllerConfig, clients Clients
 
 // ofDriver reports whether the claim is to be provisioned by the keeper's
 // driver: its storage-provisioner annotation, or else its class, says so.
-func (k *recordKeeper) ofDriver(ctx context.Context, claim *v1.PersistentVolumeClaim) bool {
+func (k *inFlightRecordKeeper) ofDriver(ctx context.Context, claim *v1.PersistentVolumeClaim) bool {
 	for _, ann := range []string{annStorageProvisioner, annBetaStorageProvisioner} {
 		if v, ok := claim.Annotations[ann]; ok {
 			return v == k.p.cfg.DriverName
@@ -162,7 +162,7 @@ var errKeptWithoutDriver = errors.New("the claim is being deleted without a PV, 
 
 // removeResidue removes one claim's record (see RemoveInFlightRecords) and
 // returns the outcome.
-func (k *recordKeeper) removeResidue(ctx context.Context, claim *v1.PersistentVolumeClaim, withDriver bool) (string, error) {
+func (k *inFlightRecordKeeper) removeResidue(ctx context.Context, claim *v1.PersistentVolumeClaim, withDriver bool) (string, error) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim))
 	ctx = klog.NewContext(ctx, logger)
 	name := volumeName(k.p.cfg.VolumeNamePrefix, claim.UID, k.p.cfg.VolumeNameUUIDLength)

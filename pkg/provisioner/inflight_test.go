@@ -48,7 +48,7 @@ func (c claimBuilder) deleting() claimBuilder {
 }
 
 func (c claimBuilder) withRecord() claimBuilder {
-	c.Finalizers = append(c.Finalizers, FinalizerInFlight)
+	c.Finalizers = append(c.Finalizers, InFlightRecordFinalizer)
 	return c
 }
 
@@ -105,8 +105,8 @@ func TestRecordBeforeCreateVolume(t *testing.T) {
 				t.Error("the claim was not patched before CreateVolume")
 			}
 			got := e.claim(t, "apps", "data")
-			if n := strings.Count(strings.Join(got.Finalizers, ","), FinalizerInFlight); n != 1 {
-				t.Errorf("claim finalizers %v, want %s once", got.Finalizers, FinalizerInFlight)
+			if n := strings.Count(strings.Join(got.Finalizers, ","), InFlightRecordFinalizer); n != 1 {
+				t.Errorf("claim finalizers %v, want %s once", got.Finalizers, InFlightRecordFinalizer)
 			}
 		})
 	}
@@ -182,13 +182,13 @@ func TestClearVolume(t *testing.T) {
 
 // newTestKeeper builds a record keeper over e's clientset with a fake event
 // recorder.
-func newTestKeeper(t *testing.T, e *env) (*recordKeeper, *record.FakeRecorder) {
+func newTestKeeper(t *testing.T, e *env) (*inFlightRecordKeeper, *record.FakeRecorder) {
 	t.Helper()
 	factory := informers.NewSharedInformerFactory(e.client, 0)
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	pvs := factory.Core().V1().PersistentVolumes()
 	classes := factory.Storage().V1().StorageClasses()
-	k, err := newRecordKeeper(e.ctx, e.p, claims, pvs.Lister(), classes.Lister(), e.client.CoreV1(), e.client, nil)
+	k, err := newInFlightRecordKeeper(e.ctx, e.p, claims, pvs.Lister(), classes.Lister(), e.client.CoreV1(), e.client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,8 +355,8 @@ func TestGuardAlreadyExists(t *testing.T) {
 			}
 			// The library's ProvisioningSucceeded Event of a deleted
 			// volume is dropped (see trimmedEvents).
-			if d, _ := e.p.deps.Decisions.Take("uid-data"); (d == decisionNameTaken) != tc.wantDeleted {
-				t.Errorf("decision %q, want the name-taken mark: %t", d, tc.wantDeleted)
+			if d, _ := e.p.deps.Decisions.Take("uid-data"); d.VolumeDeleted != tc.wantDeleted {
+				t.Errorf("decision %+v, want VolumeDeleted %t", d, tc.wantDeleted)
 			}
 		})
 	}

@@ -161,13 +161,13 @@ func (n *NodeDeployment) nodeFieldSelector(opts *metav1.ListOptions) {
 	opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", n.NodeName).String()
 }
 
-// errDriverNotLive: the node's driver does not answer, so a claim selected
+// driverNotLiveError: the node's driver does not answer, so a claim selected
 // for the node is handed back to the scheduler.
-type errDriverNotLive struct {
+type driverNotLiveError struct {
 	driver, node, status string
 }
 
-func (e *errDriverNotLive) Error() string {
+func (e *driverNotLiveError) Error() string {
 	return fmt.Sprintf("CSI driver %q on node %q is not answering: %s", e.driver, e.node, e.status)
 }
 
@@ -178,7 +178,7 @@ func (p *Provisioner) driverLive() error {
 		return nil
 	}
 	if ok, why := p.deps.DriverStatus(); !ok {
-		return &errDriverNotLive{driver: p.cfg.DriverName, node: p.cfg.Node.NodeName, status: why}
+		return &driverNotLiveError{driver: p.cfg.DriverName, node: p.cfg.Node.NodeName, status: why}
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ type Deps struct {
 	// claims needing it are refused with an Event. See datasource.go.
 	Sources
 	// ClaimPatcher patches claims to hold the durable in-flight record
-	// (FinalizerInFlight) before each CreateVolume. nil switches the record
+	// (InFlightRecordFinalizer) before each CreateVolume. nil switches the record
 	// off, which is unsafe: a volume created before a crash or a race can
 	// leak (inflight.go).
 	ClaimPatcher corev1client.PersistentVolumeClaimsGetter
@@ -110,7 +110,7 @@ type Provisioner struct {
 	// full remembers the segments recently found without room, per class.
 	full *fullSegments
 	// records is the durable in-flight record; nil when it is off.
-	records *inFlight
+	records *inFlightRecords
 	// migration serves the in-tree plugin the driver replaces; nil when
 	// it replaces none.
 	migration *migration
@@ -131,7 +131,7 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
 	}
 	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
-		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlight(deps.ClaimPatcher, cfg.Node),
+		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlightRecords(deps.ClaimPatcher, cfg.Node),
 		migration: newMigration(cfg.DriverName)}, nil
 }
 

@@ -80,7 +80,8 @@ func TestProvisionDelayedBinding(t *testing.T) {
 			if len(vols) != 1 || vols[0].Segment[zoneKey] != tc.wantZone || vols[0].ID != pv.Spec.CSI.VolumeHandle {
 				t.Errorf("driver volumes = %+v, want one in %s with handle %s", vols, tc.wantZone, pv.Spec.CSI.VolumeHandle)
 			}
-			decision, _ := e.p.deps.Decisions.Take(claim.UID)
+			d, _ := e.p.deps.Decisions.Take(claim.UID)
+			decision := d.Placement
 			if !strings.Contains(decision, "selected node "+tc.node) || !strings.Contains(decision, "zone="+tc.wantZone) {
 				t.Errorf("decision %q does not name the node and zone", decision)
 			}

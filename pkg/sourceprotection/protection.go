@@ -246,10 +246,10 @@ func (s *Controller) lock(key Key) func() {
 	return m.Unlock
 }
 
-// inFlight reports whether a claim made from the source has no volume yet
+// hasPendingClaim reports whether a claim made from the source has no volume yet
 // and is not being deleted. Its cost is the number of claims made from the
 // source (an index lookup), whatever the number of claims in the cluster.
-func (s *Controller) inFlight(key Key) (bool, error) {
+func (s *Controller) hasPendingClaim(key Key) (bool, error) {
 	objs, err := s.cfg.Claims.GetIndexer().ByIndex(indexDataSource, key.String())
 	if err != nil {
 		return false, err
@@ -397,7 +397,7 @@ func (s *Controller) sync(ctx context.Context, key Key) error {
 	if err != nil {
 		return err
 	}
-	if busy, err := s.inFlight(key); err != nil || busy {
+	if busy, err := s.hasPendingClaim(key); err != nil || busy {
 		return err
 	}
 	if err := s.removeFinalizer(ctx, key, obj, finalizer); err != nil {

@@ -47,7 +47,7 @@ func BenchmarkCloneProtection(b *testing.B) {
 				}
 				s.claimChanged(clone)
 				k, _ := s.queue.Get()
-				if busy, err := s.inFlight(k); err != nil || !busy {
+				if busy, err := s.hasPendingClaim(k); err != nil || !busy {
 					b.Fatalf("in flight = %v, %v", busy, err)
 				}
 				s.queue.Done(k)
