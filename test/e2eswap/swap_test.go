@@ -356,7 +356,7 @@ func (w *world) checkNoRecord() {
 	}
 	slices.Sort(with)
 	if len(with) > 0 {
-		w.t.Errorf("%d claims carry %s under upstream, which never removes it: %v", len(with), provisioner.FinalizerInFlight, with)
+		w.t.Errorf("%d claims carry %s under upstream, which never removes it: %v", len(with), provisioner.InFlightRecordFinalizer, with)
 	}
 }
 
