@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,9 +47,6 @@ type config struct {
 	// heartbeat is off when its LeaseDuration is 0.
 	heartbeat heartbeat.Config
 }
-
-// serviceAccountNamespace is where a pod finds its own namespace.
-const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // parseFlags parses the command line and applies the logging flags.
 func parseFlags(args []string) (config, error) {
@@ -100,8 +96,7 @@ func leaseNamespace(flagValue, saFile string) (string, error) {
 	if flagValue != "" {
 		return flagValue, nil
 	}
-	data, err := os.ReadFile(saFile)
-	if ns := strings.TrimSpace(string(data)); err == nil && ns != "" {
+	if ns := kubeclient.ServiceAccountNamespace(saFile); ns != "" {
 		return ns, nil
 	}
 	return "", errors.New("the heartbeat Lease needs a namespace: set --lease-namespace or $NAMESPACE (outside a pod), or --lease-duration=0 to disable the heartbeat")
@@ -137,7 +132,7 @@ func main() {
 func run(ctx context.Context, cfg config) error {
 	if cfg.heartbeat.LeaseDuration > 0 {
 		var err error
-		if cfg.heartbeat.Namespace, err = leaseNamespace(cfg.heartbeat.Namespace, serviceAccountNamespace); err != nil {
+		if cfg.heartbeat.Namespace, err = leaseNamespace(cfg.heartbeat.Namespace, kubeclient.ServiceAccountNamespaceFile); err != nil {
 			return err
 		}
 		if err := cfg.heartbeat.Validate(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
@@ -137,6 +138,9 @@ func parseArgs(args []string, output io.Writer) (config, *logging.Options, error
 	}
 	if c.capacity.Namespace == "" {
 		c.capacity.Namespace = "default"
+	}
+	if c.controller.LeaderElectionNamespace == "" {
+		c.controller.LeaderElectionNamespace = kubeclient.ServiceAccountNamespace(kubeclient.ServiceAccountNamespaceFile)
 	}
 	if fs.NArg() > 0 {
 		return c, nil, fmt.Errorf("unexpected arguments: %v", fs.Args())

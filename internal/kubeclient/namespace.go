@@ -16,8 +16,16 @@ func PodNamespace(nsFile string) string {
 	if ns := os.Getenv("NAMESPACE"); ns != "" {
 		return ns
 	}
-	if data, err := os.ReadFile(nsFile); err == nil {
-		return strings.TrimSpace(string(data))
+	return ServiceAccountNamespace(nsFile)
+}
+
+// ServiceAccountNamespace returns the namespace of the pod's service account
+// read from nsFile (normally ServiceAccountNamespaceFile), or "" when the
+// file is absent (outside a pod) or empty.
+func ServiceAccountNamespace(nsFile string) string {
+	data, err := os.ReadFile(nsFile)
+	if err != nil {
+		return ""
 	}
-	return ""
+	return strings.TrimSpace(string(data))
 }

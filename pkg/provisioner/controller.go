@@ -35,7 +35,8 @@ type ControllerConfig struct {
 	ResyncPeriod time.Duration
 	// LeaderElection makes only the holder of a Lease provision.
 	LeaderElection bool
-	// LeaderElectionNamespace holds the Lease. Default: the pod's namespace.
+	// LeaderElectionNamespace holds the Lease. Default: "default"; the
+	// command sets the pod's namespace (kubeclient.ServiceAccountNamespace).
 	LeaderElectionNamespace string
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election.
 	// Defaults 15s, 10s and 5s.

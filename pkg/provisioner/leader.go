@@ -18,8 +18,6 @@ import (
 // while this one was still running.
 var errLostLeadership = errors.New("lost the leader-election lease")
 
-const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
 // leaseName returns the Lease name for a driver, the one upstream
 // external-provisioner uses, so that replicas of either image elect one
 // leader between them (during a rolling update from one to the other, only
@@ -42,11 +40,6 @@ func leaseName(driver string) string {
 func leaseNamespace(configured string) string {
 	if configured != "" {
 		return configured
-	}
-	if data, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
-		if ns := strings.TrimSpace(string(data)); ns != "" {
-			return ns
-		}
 	}
 	return "default"
 }
