@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
@@ -31,7 +32,7 @@ type config struct {
 	featureGates   featureGates
 
 	enableCapacity bool
-	capacity       provisioner.CapacityConfig
+	capacity       capacity.Config
 	capacityOwner  string
 	// capacityOwnerLevel is --capacity-ownerref-level; capacityOwnerLevelSet
 	// says whether it was given.
