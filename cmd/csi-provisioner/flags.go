@@ -10,6 +10,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
@@ -32,7 +33,7 @@ type config struct {
 	featureGates   featureGates
 
 	enableCapacity bool
-	capacity       provisioner.CapacityConfig
+	capacity       capacity.Config
 	capacityOwner  string
 	// capacityOwnerLevel is --capacity-ownerref-level; capacityOwnerLevelSet
 	// says whether it was given.

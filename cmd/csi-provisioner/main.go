@@ -26,6 +26,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/owner"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
@@ -190,7 +191,7 @@ func newClients(cfg config, restCfg *rest.Config) (provisioner.Clients, error) {
 // capacityConfig checks that the driver can report capacity and finds the
 // owner of the capacity objects: the Deployment --capacity-owner-deployment
 // names, or the object --capacity-ownerref-level levels up from the pod.
-func capacityConfig(ctx context.Context, cfg config, info driverconn.DriverInfo, client kubernetes.Interface, restCfg *rest.Config) (*provisioner.CapacityConfig, error) {
+func capacityConfig(ctx context.Context, cfg config, info driverconn.DriverInfo, client kubernetes.Interface, restCfg *rest.Config) (*capacity.Config, error) {
 	if !info.SupportsCapacity {
 		return nil, fmt.Errorf("--enable-capacity: CSI driver %q lacks the GET_CAPACITY capability", info.Name)
 	}
@@ -202,7 +203,7 @@ func capacityConfig(ctx context.Context, cfg config, info driverconn.DriverInfo,
 	if cfg.nodeDeployment {
 		nodeName = cfg.node.NodeName
 	}
-	capCfg.ManagedBy, capCfg.PreviousManagedBy = provisioner.ManagedBy(nodeName), []string{provisioner.LegacyManagedBy(nodeName)}
+	capCfg.ManagedBy, capCfg.PreviousManagedBy = capacity.ManagedBy(nodeName), []string{capacity.LegacyManagedBy(nodeName)}
 	if cfg.nodeDeployment && cfg.capacityOwner == "" && !cfg.capacityOwnerLevelSet {
 		// A node's objects go with the node (the garbage collector
 		// deletes them), not with the DaemonSet.

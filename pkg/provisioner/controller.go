@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -42,7 +42,7 @@ type ControllerConfig struct {
 	// Defaults 15s, 10s and 5s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Capacity, when set, publishes CSIStorageCapacity objects.
-	Capacity *CapacityConfig
+	Capacity *capacity.Config
 	// Metrics, when set, receives the provisioner's metrics.
 	Metrics metrics.KubeRegistry
 	// Sources says which data-source APIs the cluster serves.
@@ -120,7 +120,7 @@ type Controller struct {
 	index       *topology.Index
 	indexSynced []cache.InformerSynced
 
-	capacity        *CapacityPublisher
+	capacity        *capacity.Publisher
 	capacityFactory informers.SharedInformerFactory
 	// libClaims and libVolumes are the informers the library watches.
 	libClaims, libVolumes *replayInformer
@@ -271,24 +271,26 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 // newCapacity returns the capacity publisher and the factory of its own
 // objects, or nils without capacity publishing.
 func newCapacity(cfg ControllerConfig, clients Clients, csiClient ControllerClient, index *topology.Index,
-	factory informers.SharedInformerFactory) (*CapacityPublisher, informers.SharedInformerFactory) {
+	factory informers.SharedInformerFactory) (*capacity.Publisher, informers.SharedInformerFactory) {
 	if cfg.Capacity == nil {
 		return nil, nil
 	}
 	cc := *cfg.Capacity
 	cc.DriverName = cfg.Provisioner.DriverName
 	if nd := cfg.Provisioner.Node; nd != nil {
-		cc.ManagedBy = ManagedBy(nd.NodeName)
+		cc.ManagedBy = capacity.ManagedBy(nd.NodeName)
 	}
-	cc = cc.withDefaults()
+	// GetCapacity gets the parameters CreateVolume gets.
+	cc.DriverParameters = driverParameters
 	// Only this provisioner's objects: with node deployment, every node's
 	// instance has its own.
+	selector := cc.Selector().String()
 	capacityFactory := informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod,
 		informers.WithNamespace(cc.Namespace), informers.WithTransform(TrimForCache),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cc.selector().String() }))
-	capacity := NewCapacityPublisher(cc, clients.Capacity, csiClient, index,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	pub := capacity.NewPublisher(cc, clients.Capacity, csiClient, index,
 		factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
-	return capacity, capacityFactory
+	return pub, capacityFactory
 }
 
 // newDeps gathers the Provisioner's dependencies; attachments is the
@@ -327,14 +329,14 @@ func newDeps(cfg ControllerConfig, clients Clients, csiClient ControllerClient, 
 // current: new segments and classes get their objects at once, not at the
 // next poll (with CSIDriver.storageCapacity, a segment without an object
 // has no room as far as kube-scheduler is concerned).
-func wireCapacity(cfg ControllerConfig, capacity *CapacityPublisher, deps *Deps, index *topology.Index, classes cache.SharedIndexInformer) error {
-	capacity.metrics = deps.Metrics
+func wireCapacity(cfg ControllerConfig, pub *capacity.Publisher, deps *Deps, index *topology.Index, classes cache.SharedIndexInformer) error {
+	pub.SetMetrics(deps.Metrics.Capacity())
 	if cfg.Metrics != nil {
-		cfg.Metrics.CustomMustRegister(newCapacityCollector(capacity))
+		cfg.Metrics.CustomMustRegister(capacity.NewCollector(pub))
 	}
-	deps.Capacity = capacity
-	index.OnNewSegment(func(s topology.Segment) { capacity.TouchSegment(s.String()) })
-	if _, err := classes.AddEventHandler(classHandler(cfg.Provisioner.DriverName, capacity.TouchAll)); err != nil {
+	deps.Capacity = pub
+	index.OnNewSegment(func(s topology.Segment) { pub.TouchSegment(s.String()) })
+	if _, err := classes.AddEventHandler(pub.ClassEventHandler()); err != nil {
 		return fmt.Errorf("watching storage classes: %w", err)
 	}
 	return nil
@@ -468,35 +470,6 @@ func (c *Controller) Run(ctx context.Context) error {
 // leader-election Lease (or runs without leader election) and its caches
 // have synced. Serve it as /readyz.
 func (c *Controller) Leading() bool { return c.leading.Load() }
-
-// classHandler calls resync when a class of driver is added, changed or
-// deleted.
-func classHandler(driver string, resync func()) cache.ResourceEventHandler {
-	ours := func(obj any) bool {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		c, ok := obj.(*storagev1.StorageClass)
-		return ok && c.Provisioner == driver
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if ours(obj) {
-				resync()
-			}
-		},
-		UpdateFunc: func(old, obj any) {
-			if ours(old) || ours(obj) {
-				resync()
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if ours(obj) {
-				resync()
-			}
-		},
-	}
-}
 
 // selectionHandler feeds claim events to the selection clock.
 func selectionHandler(clock *SelectionClock) cache.ResourceEventHandler {

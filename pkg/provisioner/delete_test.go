@@ -1,9 +1,11 @@
 package provisioner
 
 import (
+	"context"
 	"errors"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
 func secret(ns, name string, data map[string]string) *v1.Secret {
@@ -188,5 +192,37 @@ func TestDeletionSecrets(t *testing.T) {
 				t.Errorf("DeleteVolume secrets (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// recordingCapacity records what Delete touches.
+type recordingCapacity struct{ touched []string }
+
+func (r *recordingCapacity) Touch(ts []*csi.Topology) {
+	for _, t := range ts {
+		r.touched = append(r.touched, topology.Segment(t.GetSegments()).String())
+	}
+}
+
+func (r *recordingCapacity) Refresh(context.Context, []*csi.Topology, string) (map[string]string, error) {
+	return nil, nil
+}
+
+// TestDeleteTouchesCapacity: deleting a volume asks for its segment's
+// capacity to be refreshed, read back from the PV's node affinity.
+func TestDeleteTouchesCapacity(t *testing.T) {
+	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones})
+	pv, _, err := e.provision(t, makePVC("data", "fast").withSelectedNode("n2").PersistentVolumeClaim, makeClass("fast").StorageClass, makeNode("n2", "z2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingCapacity{}
+	e.p.deps.Capacity = rec
+	if err := e.p.Delete(e.ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{topology.Segment(zoneTopo("z2")[0].GetSegments()).String()}
+	if diff := cmp.Diff(want, rec.touched); diff != "" {
+		t.Errorf("touched segments (-want +got):\n%s", diff)
 	}
 }

@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 )
 
 const metricsSubsystem = "csi_topology_provisioner"
@@ -19,16 +21,15 @@ const (
 )
 
 // Metrics are the provisioner's Prometheus metrics (CSI calls are timed by
-// csi-lib-utils' metrics manager on the same registry). A nil *Metrics
-// records nothing.
+// csi-lib-utils' metrics manager on the same registry), with those of
+// capacity publishing (Capacity). A nil *Metrics records nothing.
 type Metrics struct {
 	operations *metrics.CounterVec
 	durations  *metrics.HistogramVec
 	reschedule *metrics.CounterVec
 	selected   *metrics.HistogramVec
-	capObjects *metrics.Gauge
-	capSyncs   *metrics.CounterVec
 	fullSegs   *metrics.Gauge
+	capacity   *capacity.Metrics
 }
 
 // NewMetrics registers the provisioner's metrics in reg.
@@ -48,16 +49,23 @@ func NewMetrics(reg metrics.KubeRegistry) *Metrics {
 			Help:    "Time from when the provisioner first saw a claim's selected-node annotation to its PV being returned for creation, by storage class.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}},
 			[]string{"storage_class"}),
-		capObjects: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "capacity_objects",
-			Help: "CSIStorageCapacity objects this provisioner publishes."}),
-		capSyncs: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "capacity_updates_total",
-			Help: "CSIStorageCapacity creates, updates and deletes by result."},
-			[]string{"operation", "result"}),
 		fullSegs: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "full_segments",
 			Help: "(storage class, segment) pairs the driver recently found without room; delayed claims there wait for the hold."}),
 	}
-	reg.MustRegister(m.operations, m.durations, m.reschedule, m.selected, m.capObjects, m.capSyncs, m.fullSegs)
+	reg.MustRegister(m.operations, m.durations, m.reschedule, m.selected, m.fullSegs)
+	// Registered whether or not capacity is published: the gauge reads 0
+	// without it.
+	m.capacity = capacity.NewMetrics(reg)
 	return m
+}
+
+// Capacity returns the metrics of capacity publishing, registered with
+// the provisioner's (nil for a nil m: they record nothing).
+func (m *Metrics) Capacity() *capacity.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.capacity
 }
 
 func provisionResult(state controller.ProvisioningState, err error) string {
@@ -95,25 +103,8 @@ func (m *Metrics) observeSelectedToPV(class string, d time.Duration) {
 	}
 }
 
-func (m *Metrics) setCapacityObjects(n int) {
-	if m != nil {
-		m.capObjects.Set(float64(n))
-	}
-}
-
 func (m *Metrics) setFullSegments(n int) {
 	if m != nil {
 		m.fullSegs.Set(float64(n))
 	}
-}
-
-func (m *Metrics) observeCapacityWrite(op string, err error) {
-	if m == nil {
-		return
-	}
-	result := resultSuccess
-	if err != nil {
-		result = resultError
-	}
-	m.capSyncs.WithLabelValues(op, result).Inc()
 }

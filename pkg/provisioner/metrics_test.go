@@ -32,13 +32,13 @@ func TestMetrics(t *testing.T) {
 	m.observeOperation("provision", "fast", resultSuccess, time.Second)
 	m.observeOperation("provision", "fast", resultSuccess, time.Second)
 	m.observeReschedule(RescheduleNoCapacity)
-	m.setCapacityObjects(6)
-	m.observeCapacityWrite("update", nil)
+	m.Capacity().SetObjects(6)
+	m.Capacity().ObserveWrite("update", nil)
 	var nilMetrics *Metrics // records nothing, never panics
 	nilMetrics.observeOperation("delete", "x", resultError, 0)
 	nilMetrics.observeReschedule(RescheduleNoCapacity)
-	nilMetrics.setCapacityObjects(1)
-	nilMetrics.observeCapacityWrite("create", nil)
+	nilMetrics.Capacity().SetObjects(1)
+	nilMetrics.Capacity().ObserveWrite("create", nil)
 	nilMetrics.observeSelectedToPV("x", 0)
 	want := `
 # HELP csi_topology_provisioner_capacity_objects [ALPHA] CSIStorageCapacity objects this provisioner publishes.

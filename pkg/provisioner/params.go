@@ -98,3 +98,12 @@ func parseClassParameters(params map[string]string) (classParameters, error) {
 	sort.Slice(out.deprecated, func(i, j int) bool { return out.deprecated[i].key < out.deprecated[j].key })
 	return out, nil
 }
+
+// driverParameters returns the parameters a class passes to the driver
+// (capacity.Config.DriverParameters): capacity publishing asks GetCapacity
+// with the ones CreateVolume gets, and refuses the classes Provision
+// refuses.
+func driverParameters(params map[string]string) (map[string]string, error) {
+	parsed, err := parseClassParameters(params)
+	return parsed.driver, err
+}

@@ -35,7 +35,20 @@ const annSelectedNode = "volume.kubernetes.io/selected-node"
 type ControllerClient interface {
 	CreateVolume(ctx context.Context, in *csi.CreateVolumeRequest, opts ...grpc.CallOption) (*csi.CreateVolumeResponse, error)
 	DeleteVolume(ctx context.Context, in *csi.DeleteVolumeRequest, opts ...grpc.CallOption) (*csi.DeleteVolumeResponse, error)
-	CapacityClient
+	// GetCapacity serves capacity publishing (capacity.Client) and the
+	// node claimer's check of an immediate-binding claim.
+	GetCapacity(ctx context.Context, in *csi.GetCapacityRequest, opts ...grpc.CallOption) (*csi.GetCapacityResponse, error)
+}
+
+// CapacityRefresher is what the provisioning flow tells capacity
+// publishing (*capacity.Publisher): the segments a provision or a delete
+// touched.
+type CapacityRefresher interface {
+	// Touch asks for the segments to be refreshed soon (asynchronous).
+	Touch([]*csi.Topology)
+	// Refresh refreshes the segments' objects now and returns, for those of
+	// class, "namespace/name" -> resourceVersion after the refresh.
+	Refresh(ctx context.Context, topologies []*csi.Topology, class string) (map[string]string, error)
 }
 
 // Deps are the collaborators of a Provisioner. All are required.
@@ -53,10 +66,7 @@ type Deps struct {
 	Decisions *DecisionLog
 	// Capacity is told which segments a provision (Refresh, synchronous) or
 	// a delete (Touch, asynchronous) touched. May be nil.
-	Capacity interface {
-		Touch([]*csi.Topology)
-		Refresh(ctx context.Context, topologies []*csi.Topology, class string) (map[string]string, error)
-	}
+	Capacity CapacityRefresher
 	// Metrics records operations and reschedules. May be nil.
 	Metrics *Metrics
 	// Selections times claims from selected-node to PV. May be nil.

@@ -1,4 +1,4 @@
-package provisioner
+package capacity
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // countingCapacity records the zone and parameters of every GetCapacity
 // call; each call takes delay more (as a real driver's takes a while).
 type countingCapacity struct {
-	CapacityClient
+	Client
 	delay  time.Duration
 	mu     sync.Mutex
 	zones  []string
@@ -32,7 +32,7 @@ func (c *countingCapacity) GetCapacity(ctx context.Context, in *csi.GetCapacityR
 	c.params = append(c.params, in.GetParameters())
 	c.mu.Unlock()
 	time.Sleep(c.delay)
-	return c.CapacityClient.GetCapacity(ctx, in, opts...)
+	return c.Client.GetCapacity(ctx, in, opts...)
 }
 
 func (c *countingCapacity) take() []string {
@@ -48,10 +48,10 @@ func (c *countingCapacity) take() []string {
 // pile up without loss however many come before Run gets to them.
 func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	mock, csiClient := startMock(t, ctx, nil)
-	counting := &countingCapacity{CapacityClient: csiClient}
+	mock, csiClient := startMock(t, ctx)
+	counting := &countingCapacity{Client: csiClient}
 	class := makeClass("wffc").withParams("tier", "gold", "csi.storage.k8s.io/fstype", "xfs").StorageClass
-	pe := newPublisherEnv(t, CapacityConfig{}, counting, class,
+	pe := newPublisherEnv(t, Config{}, counting, class,
 		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey))
 	p, client := pe.p, pe.client
 	ictx := pe.start(ctx, t)
@@ -102,37 +102,5 @@ func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"z1", "z1"}, counting.take()); diff != "" {
 		t.Errorf("GetCapacity calls after two touches of z1 (-want +got):\n%s", diff)
-	}
-}
-
-// recordingCapacity records what Delete touches.
-type recordingCapacity struct{ touched []string }
-
-func (r *recordingCapacity) Touch(ts []*csi.Topology) {
-	for _, t := range ts {
-		r.touched = append(r.touched, topology.Segment(t.GetSegments()).String())
-	}
-}
-
-func (r *recordingCapacity) Refresh(context.Context, []*csi.Topology, string) (map[string]string, error) {
-	return nil, nil
-}
-
-// TestDeleteTouchesCapacity: deleting a volume asks for its segment's
-// capacity to be refreshed, read back from the PV's node affinity.
-func TestDeleteTouchesCapacity(t *testing.T) {
-	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones})
-	pv, _, err := e.provision(t, makePVC("data", "fast").withSelectedNode("n2").PersistentVolumeClaim, makeClass("fast").StorageClass, makeNode("n2", "z2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recordingCapacity{}
-	e.p.deps.Capacity = rec
-	if err := e.p.Delete(e.ctx, pv); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{topology.Segment(zoneTopo("z2")[0].GetSegments()).String()}
-	if diff := cmp.Diff(want, rec.touched); diff != "" {
-		t.Errorf("touched segments (-want +got):\n%s", diff)
 	}
 }

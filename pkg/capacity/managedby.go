@@ -1,6 +1,8 @@
-package provisioner
+package capacity
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 
@@ -38,4 +40,24 @@ func fnv32Hex(s string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(s))
 	return fmt.Sprintf("%08x", h.Sum32())
+}
+
+// legacyManagedByBase is the managed-by value of the central provisioner's
+// capacity objects before it took external-provisioner's.
+const legacyManagedByBase = "csi-topology-provisioner"
+
+// LegacyManagedBy returns the csi.storage.k8s.io/managed-by value that
+// earlier releases gave the capacity objects of a node's instance ("" for
+// the central provisioner): csi-topology-provisioner[-<node>], a hash of
+// the node name when too long. The publisher adopts such objects.
+func LegacyManagedBy(node string) string {
+	if node == "" {
+		return legacyManagedByBase
+	}
+	v := legacyManagedByBase + "-" + node
+	if len(v) <= validation.LabelValueMaxLength {
+		return v
+	}
+	sum := sha256.Sum256([]byte(node))
+	return legacyManagedByBase + "-" + hex.EncodeToString(sum[:])[:validation.LabelValueMaxLength-len(legacyManagedByBase)-1]
 }

@@ -1,4 +1,4 @@
-package provisioner
+package capacity
 
 import (
 	"context"
@@ -36,7 +36,7 @@ csistoragecapacities_obsolete ` + obsolete + `
 // obsolete.
 func TestCapacityCollector(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	_, csiClient := startMock(t, ctx, nil)
+	_, csiClient := startMock(t, ctx)
 	other := makeClass("other")
 	other.Provisioner = "other.example.com"
 	obsolete := func(name, managedBy string) *storagev1.CSIStorageCapacity {
@@ -53,10 +53,10 @@ func TestCapacityCollector(t *testing.T) {
 		// to count or delete.
 		obsolete("theirs-gone", ManagedBy("node-1")),
 	}
-	pe := newPublisherEnv(t, CapacityConfig{}, csiClient, objs...)
+	pe := newPublisherEnv(t, Config{}, csiClient, objs...)
 	pe.start(ctx, t)
 	reg := metrics.NewKubeRegistry()
-	reg.CustomMustRegister(newCapacityCollector(pe.p))
+	reg.CustomMustRegister(NewCollector(pe.p))
 	names := []string{"csistoragecapacities_desired_goal", "csistoragecapacities_desired_current", "csistoragecapacities_obsolete"}
 
 	steps := []struct {

@@ -1,4 +1,4 @@
-package provisioner
+package capacity
 
 import (
 	"sort"
@@ -153,13 +153,13 @@ func TestCapacityAdoptsUpstreamAndLegacyObjects(t *testing.T) {
 func checkAdoption(t *testing.T, owner *metav1.OwnerReference, pre []capObj, want map[string]capState) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	_, csiClient := startMock(t, ctx, nil)
+	_, csiClient := startMock(t, ctx)
 	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass,
 		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey)}
 	for _, c := range pre {
 		objs = append(objs, c.object())
 	}
-	pe := newPublisherEnv(t, CapacityConfig{Owner: owner}, csiClient, objs...)
+	pe := newPublisherEnv(t, Config{Owner: owner}, csiClient, objs...)
 	ctx = pe.start(ctx, t)
 	if err := pe.p.Sync(ctx, ""); err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func checkAdoption(t *testing.T, owner *metav1.OwnerReference, pre []capObj, wan
 // in place (no second object for it) and deletes nothing.
 func TestCapacitySegmentRefreshUpdatesAdoptedObject(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	_, csiClient := startMock(t, ctx, nil)
+	_, csiClient := startMock(t, ctx)
 	pre := []capObj{
 		{name: "csisc-upz1", managedBy: "external-provisioner", zone: "z1", class: "wffc", age: time.Hour},
 		{name: "csisc-upz1dup", managedBy: "external-provisioner", zone: "z1", class: "wffc"},
@@ -186,7 +186,7 @@ func TestCapacitySegmentRefreshUpdatesAdoptedObject(t *testing.T) {
 	for _, c := range pre {
 		objs = append(objs, c.object())
 	}
-	pe := newPublisherEnv(t, CapacityConfig{}, csiClient, objs...)
+	pe := newPublisherEnv(t, Config{}, csiClient, objs...)
 	ctx = pe.start(ctx, t)
 	versions, err := pe.p.Refresh(ctx, []*csi.Topology{{Segments: map[string]string{zoneKey: "z1"}}}, "wffc")
 	if err != nil {

@@ -1,4 +1,4 @@
-package provisioner
+package capacity
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func capacities(t *testing.T, ctx context.Context, client *fake.Clientset, class
 
 func TestCapacityPublisher(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	mock, csiClient := startMock(t, ctx, nil)
+	mock, csiClient := startMock(t, ctx)
 	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass,
 		func() *storagev1.StorageClass {
 			c := makeClass("other")
@@ -55,7 +55,7 @@ func TestCapacityPublisher(t *testing.T) {
 		objs = append(objs, makeNode(n, map[string]string{"n1": "z1", "n2": "z2"}[n]), makeCSINode(n, zoneKey))
 	}
 	owner := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "csi-controller", UID: "uid-dep"}
-	pe := newPublisherEnv(t, CapacityConfig{Owner: owner}, csiClient, objs...)
+	pe := newPublisherEnv(t, Config{Owner: owner}, csiClient, objs...)
 	p, client := pe.p, pe.client
 	classes := pe.factory.Storage().V1().StorageClasses().Lister()
 	capLister := pe.factory.Storage().V1().CSIStorageCapacities().Lister()
@@ -141,8 +141,8 @@ func labelsEverything() labels.Selector { return labels.Everything() }
 // once, without waiting for the poll (an hour here).
 func TestCapacityPublisherReactsToNewSegmentsAndClasses(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	_, csiClient := startMock(t, ctx, nil)
-	pe := newPublisherEnv(t, CapacityConfig{}, csiClient, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	_, csiClient := startMock(t, ctx)
+	pe := newPublisherEnv(t, Config{}, csiClient, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
 	p, client, factory, index := pe.p, pe.client, pe.factory, pe.index
 	index.OnNewSegment(func(s topology.Segment) { p.TouchSegment(s.String()) })
 	if _, err := factory.Storage().V1().StorageClasses().Informer().AddEventHandler(classHandler(testDriver, p.TouchAll)); err != nil {
@@ -181,18 +181,18 @@ func TestCapacityPublisherReactsToNewSegmentsAndClasses(t *testing.T) {
 	}
 }
 
-// publisherEnv is a CapacityPublisher of cfg (objects in "csi" and an
+// publisherEnv is a Publisher of cfg (objects in "csi" and an
 // hourly poll unless cfg says otherwise) over a fake clientset with objs
 // and a segment index fed by its informers, which start() starts.
 type publisherEnv struct {
-	p       *CapacityPublisher
+	p       *Publisher
 	client  *fake.Clientset
 	factory informers.SharedInformerFactory
 	index   *topology.Index
 	synced  []cache.InformerSynced
 }
 
-func newPublisherEnv(t *testing.T, cfg CapacityConfig, csiClient CapacityClient, objs ...runtime.Object) publisherEnv {
+func newPublisherEnv(t *testing.T, cfg Config, csiClient Client, objs ...runtime.Object) publisherEnv {
 	t.Helper()
 	cfg.DriverName = testDriver
 	if cfg.Namespace == "" {
@@ -208,7 +208,7 @@ func newPublisherEnv(t *testing.T, cfg CapacityConfig, csiClient CapacityClient,
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := NewCapacityPublisher(cfg, client, csiClient, index,
+	p := NewPublisher(cfg, client, csiClient, index,
 		factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
 	return publisherEnv{p: p, client: client, factory: factory, index: index, synced: synced}
 }
@@ -231,8 +231,8 @@ func (e publisherEnv) start(ctx context.Context, t *testing.T) context.Context {
 // until the next poll; concurrent refreshes of one segment all succeed.
 func TestCapacityRefreshConflict(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	mock, csiClient := startMock(t, ctx, nil)
-	pe := newPublisherEnv(t, CapacityConfig{}, csiClient, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	mock, csiClient := startMock(t, ctx)
+	pe := newPublisherEnv(t, Config{}, csiClient, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
 	pe.start(ctx, t)
 	if err := pe.p.Sync(ctx, ""); err != nil {
 		t.Fatal(err)
@@ -281,9 +281,9 @@ func TestCapacityRefreshConflict(t *testing.T) {
 // figure counts its volume.
 func TestCapacityRefreshCoalesces(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	mock, csiClient := startMock(t, ctx, nil)
-	counting := &countingCapacity{CapacityClient: csiClient, delay: 20 * time.Millisecond}
-	pe := newPublisherEnv(t, CapacityConfig{}, counting, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	mock, csiClient := startMock(t, ctx)
+	counting := &countingCapacity{Client: csiClient, delay: 20 * time.Millisecond}
+	pe := newPublisherEnv(t, Config{}, counting, makeClass("wffc").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
 	pe.start(ctx, t)
 	if err := pe.p.Sync(ctx, ""); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package provisioner
+package capacity
 
 import (
 	storagev1 "k8s.io/api/storage/v1"
@@ -7,6 +7,54 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
+
+const (
+	metricsSubsystem = "csi_topology_provisioner"
+	resultSuccess    = "success"
+	resultError      = "error"
+)
+
+// Metrics are the publisher's own metrics: the objects it publishes and
+// its writes. A nil *Metrics records nothing.
+type Metrics struct {
+	objects *metrics.Gauge
+	writes  *metrics.CounterVec
+}
+
+// NewMetrics registers the publisher's metrics in reg. The provisioner
+// registers them with its own (provisioner.NewMetrics), whether or not it
+// publishes capacity, and hands them to the publisher (SetMetrics).
+func NewMetrics(reg metrics.KubeRegistry) *Metrics {
+	m := &Metrics{
+		objects: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "capacity_objects",
+			Help: "CSIStorageCapacity objects this provisioner publishes."}),
+		writes: metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "capacity_updates_total",
+			Help: "CSIStorageCapacity creates, updates and deletes by result."},
+			[]string{"operation", "result"}),
+	}
+	reg.MustRegister(m.objects, m.writes)
+	return m
+}
+
+// SetObjects records the number of objects after a full sync.
+func (m *Metrics) SetObjects(n int) {
+	if m != nil {
+		m.objects.Set(float64(n))
+	}
+}
+
+// ObserveWrite records a create, update or delete (op) of an object and
+// whether it failed.
+func (m *Metrics) ObserveWrite(op string, err error) {
+	if m == nil {
+		return
+	}
+	result := resultSuccess
+	if err != nil {
+		result = resultError
+	}
+	m.writes.WithLabelValues(op, result).Inc()
+}
 
 // The CSIStorageCapacity gauges of upstream's external-provisioner, with
 // its names, help and (no) labels.
@@ -22,31 +70,31 @@ var (
 		nil, nil, metrics.ALPHA, "")
 )
 
-// capacityCollector computes the csistoragecapacities_* gauges from a
-// CapacityPublisher when they are scraped, as upstream does: nothing to
+// collector computes the csistoragecapacities_* gauges from a
+// Publisher when they are scraped, as upstream does: nothing to
 // keep in step between syncs.
-type capacityCollector struct {
+type collector struct {
 	metrics.BaseStableCollector
-	p *CapacityPublisher
+	p *Publisher
 }
 
-var _ metrics.StableCollector = &capacityCollector{}
+var _ metrics.StableCollector = &collector{}
 
-// newCapacityCollector returns the collector of p's gauges, for
-// KubeRegistry.CustomMustRegister.
-func newCapacityCollector(p *CapacityPublisher) *capacityCollector {
-	return &capacityCollector{p: p}
+// NewCollector returns the collector of p's csistoragecapacities_*
+// gauges, for KubeRegistry.CustomMustRegister.
+func NewCollector(p *Publisher) metrics.StableCollector {
+	return &collector{p: p}
 }
 
 // DescribeWithStability implements metrics.StableCollector.
-func (c *capacityCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+func (c *collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- capacityGoalDesc
 	ch <- capacityCurrentDesc
 	ch <- capacityObsoleteDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
-func (c *capacityCollector) CollectWithStability(ch chan<- metrics.Metric) {
+func (c *collector) CollectWithStability(ch chan<- metrics.Metric) {
 	n, err := c.p.objectCounts()
 	if err != nil {
 		// The listers read informer caches: this does not happen. A
@@ -72,7 +120,7 @@ type capacityCounts struct {
 
 // objectCounts counts the wanted, existing and obsolete objects from the
 // topology index and the listers, with the rules of sync.
-func (p *CapacityPublisher) objectCounts() (capacityCounts, error) {
+func (p *Publisher) objectCounts() (capacityCounts, error) {
 	var n capacityCounts
 	classes, err := p.classes.List(labels.Everything())
 	if err != nil {
@@ -112,6 +160,6 @@ func (p *CapacityPublisher) objectCounts() (capacityCounts, error) {
 
 // publishesFor tells whether the publisher keeps objects for class c: a
 // class of its driver with delayed binding.
-func (p *CapacityPublisher) publishesFor(c *storagev1.StorageClass) bool {
+func (p *Publisher) publishesFor(c *storagev1.StorageClass) bool {
 	return c.Provisioner == p.cfg.DriverName && c.VolumeBindingMode != nil && *c.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
 }
