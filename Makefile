@@ -84,18 +84,21 @@ fuzz:
 	done
 
 ## bench: csi-provisioner measured as a whole process on the local control plane (test/bench, docs/performance.md):
-## SIZES (fake nodes, comma-separated), SCENARIOS (backlog,delete,burst,wffc,node), REPS, CLAIMS, COMPARE=/path/to/other/csi-provisioner
-## (run alternately with ours, ratios printed), BENCH_ARGS (more flags of test/bench); JSON and table in .cache/bench/
+## SIZES (fake nodes, comma-separated), SCENARIOS (backlog,delete,burst,wffc,nodes,node), REPS, CLAIMS, COMPARE=/path/to/other/csi-provisioner
+## (run alternately with ours, ratios printed), INSTANCES (nodes: csi-provisioner --node-deployment processes, at most one per node;
+## default 100), NODE_ARGS (nodes: extra flags of our instances), BENCH_ARGS (more flags of test/bench); JSON and table in .cache/bench/
 SIZES     ?= 3
 SCENARIOS ?= backlog,delete,burst
 REPS      ?= 2
 CLAIMS    ?= 500
 COMPARE   ?=
+INSTANCES ?=
+NODE_ARGS ?=
 BENCH_ARGS ?=
 bench: build
 	@$(GO) build -ldflags '-s -w' -o .cache/tools/bench ./test/bench
 	.cache/tools/bench --bin-dir=bin --sizes='$(SIZES)' --scenarios='$(SCENARIOS)' --reps=$(REPS) --claims=$(CLAIMS) \
-		$(if $(COMPARE),--compare='$(COMPARE)') $(BENCH_ARGS)
+		$(if $(COMPARE),--compare='$(COMPARE)') $(if $(INSTANCES),--instances=$(INSTANCES)) $(if $(NODE_ARGS),--node-args='$(NODE_ARGS)') $(BENCH_ARGS)
 
 ## chaos: the chaos suite at full size (test/chaos, docs/operations.md "make chaos"): CLAIMS claims over
 ## DURATION under every fault, then the leak and stuck-claim invariants; SEED=0 takes one from the clock, the

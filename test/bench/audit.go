@@ -43,12 +43,18 @@ type auditEvent struct {
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	ResponseStatus  *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
 }
 
 // request is one API request of the provisioner.
 type request struct {
-	at  time.Time
-	key string // "verb resource[/subresource]"
+	at time.Time
+	// key is "verb resource[/subresource]", followed by " (<code>)" when
+	// the API server refused the request: a 429 of its in-flight limit, a
+	// 409 conflict, is not the write the key names.
+	key string
 }
 
 // readAudit returns the provisioner's requests in the audit log, once each,
@@ -78,6 +84,9 @@ func readAudit(path string) ([]request, error) {
 			if e.ObjectRef.Subresource != "" {
 				key += "/" + e.ObjectRef.Subresource
 			}
+		}
+		if e.ResponseStatus != nil && e.ResponseStatus.Code >= 400 {
+			key += fmt.Sprintf(" (%d)", e.ResponseStatus.Code)
 		}
 		out = append(out, request{at: e.RequestReceived, key: key})
 	}

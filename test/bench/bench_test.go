@@ -90,3 +90,56 @@ func TestBenchSmoke(t *testing.T) {
 		t.Errorf("writing the report: %v", report.Write(out))
 	}
 }
+
+// TestBenchNodesSmoke runs the nodes scenario at a smoke size (5
+// instances on 20 nodes, 50 claims, one rep, and the central reference) so
+// that it cannot rot: both rows must pass their checks and report the API
+// server's CPU, the instances' memory and the watch events.
+func TestBenchNodesSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	opts := Options{Sizes: []int{20}, Scenarios: []string{"nodes"}, Claims: 50, Instances: 5, NodesCentral: true, Reps: 1,
+		BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
+	report, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Runs) != 2 {
+		t.Fatalf("%d runs, want the instances and the central reference", len(report.Runs))
+	}
+	want := []struct {
+		deployment string
+		instances  int
+	}{{"node ×5", 5}, {"central ×1", 5}}
+	for i, r := range report.Runs {
+		if len(r.Failures) > 0 {
+			t.Errorf("%s: checks failed: %v", r.Deployment, r.Failures)
+		}
+		if r.Scenario != "nodes" || r.Deployment != want[i].deployment || r.Instances != want[i].instances {
+			t.Errorf("run %d: scenario %q, deployment %q, %d instances; want nodes, %q, %d", i, r.Scenario, r.Deployment,
+				r.Instances, want[i].deployment, want[i].instances)
+		}
+		if r.ToAll <= 0 || r.APIServerCPUPerVolume <= 0 || r.PeakRSS <= 0 || r.CPUPerVolume <= 0 || r.WatchEventsPerVolume <= 0 ||
+			r.WatchDispatchedPerVolume <= 0 {
+			t.Errorf("%s: figures missing: %+v", r.Deployment, r)
+		}
+		if got := r.Requests["create persistentvolumes"]; got != 50 {
+			t.Errorf("%s: the audit log has %d PV creates by the provisioners, want 50", r.Deployment, got)
+		}
+	}
+	// Five instances each receive every claim and PV event, the central
+	// provisioner alone receives them once: more watch events are sent.
+	if nodes, central := report.Runs[0], report.Runs[1]; nodes.WatchEventsPerVolume <= central.WatchEventsPerVolume ||
+		nodes.InstancePeakRSSMax >= nodes.PeakRSS {
+		t.Errorf("watch events per volume: %v with 5 instances, %v central; peak RSS: largest instance %v MB of %v MB in all",
+			nodes.WatchEventsPerVolume, central.WatchEventsPerVolume, nodes.InstancePeakRSSMax, nodes.PeakRSS)
+	}
+	table := report.Markdown()
+	for _, want := range []string{"Many node-deployment instances", "| 20 | 5 | ours | node ×5 |", "| 20 | 5 | ours | central ×1 |", "1.00×"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}

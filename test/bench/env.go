@@ -46,7 +46,10 @@ type env struct {
 	// nodeLocal is the node scenario's driver and background, once a node
 	// run prepared them.
 	nodeLocal *nodeLocal
-	runs      int
+	// fleet is the nodes scenario's instance nodes and drivers, once a
+	// nodes run prepared them.
+	fleet *fleet
+	runs  int
 }
 
 // setUp starts the control plane and deploys the lab on size nodes.
@@ -108,7 +111,10 @@ func (e *env) createClasses(ctx context.Context) error {
 }
 
 // tearDown stops the cluster.
-func (e *env) tearDown() { _ = e.cluster.Stop() }
+func (e *env) tearDown() {
+	_ = e.cluster.Stop()
+	e.fleet.Stop()
+}
 
 // namespace creates a fresh namespace for one run.
 func (e *env) namespace(ctx context.Context, scenario string) (string, error) {

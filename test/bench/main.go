@@ -28,7 +28,7 @@ import (
 )
 
 // Scenarios, in the order a rep runs them.
-var allScenarios = []string{"backlog", "delete", "burst", "wffc", "node"}
+var allScenarios = []string{"backlog", "delete", "burst", "wffc", "nodes", "node"}
 
 // Options configure a benchmark.
 type Options struct {
@@ -42,6 +42,15 @@ type Options struct {
 	// BackgroundClaims are the node scenario's claims of other nodes, each
 	// bound to a PV, created once per size before its first run.
 	BackgroundClaims int
+	// Instances is the nodes scenario's number of csi-provisioner
+	// --node-deployment processes (at most one per node).
+	Instances int
+	// NodeArgs are extra flags of our instances in the nodes scenario
+	// (e.g. --node-deployment-selection=label).
+	NodeArgs []string
+	// NodesCentral also runs the nodes scenario's reference: one central
+	// csi-provisioner provisioning the same claims.
+	NodesCentral bool
 	// Reps is the number of runs of each scenario per contender.
 	Reps int
 	// BinDir holds the project's binaries (make build); empty: built into
@@ -72,15 +81,18 @@ func (o Options) has(scenario string) bool {
 
 func parseFlags(args []string) (Options, error) {
 	var o Options
-	var sizes, scenarios, extra string
+	var sizes, scenarios, extra, nodeExtra string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	klog.InitFlags(fs)
 	fs.StringVar(&sizes, "sizes", "3", "Cluster sizes (fake Ready nodes with CSINodes), comma-separated; 10 zones above 3 nodes.")
 	fs.StringVar(&scenarios, "scenarios", "backlog,delete,burst", "Scenarios, comma-separated, of "+strings.Join(allScenarios, ",")+
-		" (backlog: A′, burst: A, wffc: B; delete runs on backlog's claims; node: one csi-provisioner --node-deployment,"+
-		" run after every rep of the others since its background claims stay).")
+		" (backlog: A′, burst: A, wffc: B; delete runs on backlog's claims; nodes: --instances csi-provisioner --node-deployment"+
+		" at once and a central reference; node: one csi-provisioner --node-deployment, run after every rep of the others since its background claims stay).")
 	fs.IntVar(&o.Claims, "claims", 500, "Claims per run (N).")
 	fs.IntVar(&o.BackgroundClaims, "background-claims", 20000, "node: claims of other nodes, each bound to a PV of its node, in the cluster before the instance starts.")
+	fs.IntVar(&o.Instances, "instances", 100, "nodes: csi-provisioner --node-deployment processes at once, on nodes spread over the cluster (at most one per node).")
+	fs.StringVar(&nodeExtra, "node-args", "", "nodes: extra flags of our instances, space-separated (e.g. --node-deployment-selection=label; csi-node-router then runs from --bin-dir).")
+	fs.BoolVar(&o.NodesCentral, "nodes-central", true, "nodes: also run the reference, one central csi-provisioner provisioning the same claims.")
 	fs.IntVar(&o.Reps, "reps", 2, "Runs of each scenario per provisioner.")
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "Directory of the project's binaries (make build); empty: build them.")
 	fs.StringVar(&o.Compare, "compare", "", "Another csi-provisioner binary to run through the same scenarios, alternating with ours.")
@@ -104,8 +116,8 @@ func parseFlags(args []string) (Options, error) {
 		}
 		o.Scenarios = append(o.Scenarios, s)
 	}
-	if o.Claims < 1 || o.Reps < 1 {
-		return o, errors.New("--claims and --reps must be positive")
+	if o.Claims < 1 || o.Reps < 1 || o.Instances < 1 {
+		return o, errors.New("--claims, --reps and --instances must be positive")
 	}
 	if o.BackgroundClaims < 0 {
 		return o, errors.New("--background-claims must not be negative")
@@ -128,6 +140,7 @@ func parseFlags(args []string) (Options, error) {
 		o.BinDir = abs
 	}
 	o.ProvisionerArgs = strings.Fields(extra)
+	o.NodeArgs = strings.Fields(nodeExtra)
 	return o, nil
 }
 
@@ -253,6 +266,11 @@ func (e *env) runRounds(ctx context.Context, contenders []string, report *Report
 				results = append(results, rs...)
 			}
 			record(results...)
+		}
+	}
+	if e.opts.has("nodes") {
+		if err := e.runNodesRounds(ctx, contenders, record); err != nil {
+			return err
 		}
 	}
 	// node runs after every rep of the others: its background claims stay

@@ -72,35 +72,14 @@ func (e *env) prepareNode(ctx context.Context) (*nodeLocal, error) {
 		return nil, fmt.Errorf("the node scenario needs 2 nodes or more (the background is on the others), not %d", e.size)
 	}
 	n := &nodeLocal{node: nodeName(0), socket: filepath.Join(e.cluster.Dir, "node-driver.sock")}
-	if _, err := e.client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeLocalClass}, Provisioner: lab.DriverName,
-		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer), ReclaimPolicy: ptr.To(v1.PersistentVolumeReclaimDelete),
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := e.createNodeLocalClass(ctx); err != nil {
 		return nil, err
 	}
-	// What csi-node-publisher publishes for a node-local driver (a driver
-	// entry is immutable: the CSINode is made again).
-	cn, err := e.client.StorageV1().CSINodes().Get(ctx, n.node, metav1.GetOptions{})
-	if err != nil {
+	if err := e.useHostnameKey(ctx, n.node); err != nil {
 		return nil, err
 	}
-	for i := range cn.Spec.Drivers {
-		if cn.Spec.Drivers[i].Name == lab.DriverName {
-			cn.Spec.Drivers[i].TopologyKeys = []string{hostnameKey}
-		}
-	}
-	if err := e.client.StorageV1().CSINodes().Delete(ctx, n.node, metav1.DeleteOptions{}); err != nil {
-		return nil, err
-	}
-	cn.ObjectMeta = metav1.ObjectMeta{Name: cn.Name, OwnerReferences: cn.OwnerReferences}
-	if _, err := e.client.StorageV1().CSINodes().Create(ctx, cn, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	rbac := filepath.Join(e.cluster.RepoRoot, "deploy", "kubernetes", "components", "node-deployment", "provisioner-rbac.yaml")
-	if err := e.cluster.ApplyFile(ctx, rbac, false); err != nil {
-		return nil, err
-	}
-	if n.kubeconfig, err = e.cluster.ServiceAccountKubeconfig(ctx, lab.PublisherNamespace, "csi-node-provisioner"); err != nil {
+	var err error
+	if n.kubeconfig, err = e.nodeKubeconfig(ctx); err != nil {
 		return nil, err
 	}
 	addr, err := lab.FreeAddr()
@@ -135,6 +114,54 @@ func (e *env) prepareNode(ctx context.Context) (*nodeLocal, error) {
 	}
 	e.nodeLocal = n
 	return n, nil
+}
+
+// createNodeLocalClass creates the node-local class (WaitForFirstConsumer,
+// reclaim Delete), unless it exists.
+func (e *env) createNodeLocalClass(ctx context.Context) error {
+	_, err := e.client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeLocalClass}, Provisioner: lab.DriverName,
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer), ReclaimPolicy: ptr.To(v1.PersistentVolumeReclaimDelete),
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// useHostnameKey makes node's CSINode entry of the driver what
+// csi-node-publisher publishes for a node-local driver: the node itself as
+// its segment (a driver entry is immutable: the CSINode is made again).
+func (e *env) useHostnameKey(ctx context.Context, node string) error {
+	cn, err := e.client.StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range cn.Spec.Drivers {
+		if cn.Spec.Drivers[i].Name == lab.DriverName {
+			if len(cn.Spec.Drivers[i].TopologyKeys) == 1 && cn.Spec.Drivers[i].TopologyKeys[0] == hostnameKey {
+				return nil
+			}
+			cn.Spec.Drivers[i].TopologyKeys = []string{hostnameKey}
+		}
+	}
+	if err := e.client.StorageV1().CSINodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	cn.ObjectMeta = metav1.ObjectMeta{Name: cn.Name, OwnerReferences: cn.OwnerReferences}
+	_, err = e.client.StorageV1().CSINodes().Create(ctx, cn, metav1.CreateOptions{})
+	return err
+}
+
+// nodeKubeconfig grants the node deployment's RBAC (the component's
+// provisioner-rbac.yaml) and returns a kubeconfig of its ServiceAccount
+// csi-node-provisioner.
+func (e *env) nodeKubeconfig(ctx context.Context) (string, error) {
+	rbac := filepath.Join(e.cluster.RepoRoot, "deploy", "kubernetes", "components", "node-deployment", "provisioner-rbac.yaml")
+	if err := e.cluster.ApplyFile(ctx, rbac, false); err != nil {
+		return "", err
+	}
+	return e.cluster.ServiceAccountKubeconfig(ctx, lab.PublisherNamespace, "csi-node-provisioner")
 }
 
 // nodeName is the name createNodes gives node i.

@@ -5,13 +5,16 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
 // grantUpstreamRBAC gives the provisioner's ServiceAccount, beside the
 // project's rules, the rules upstream external-provisioner v6.3.0 ships
 // (its deploy/kubernetes/rbac.yaml: get on what it also watches, Event
 // updates, VolumeAttachments, snapshots), so that a --compare binary is not
-// held back by the project's narrower rules. Ours never uses them.
+// held back by the project's narrower rules; the node deployment's
+// ServiceAccount gets them too. Ours never uses them.
 func (e *env) grantUpstreamRBAC(ctx context.Context) error {
 	rule := func(group string, resources []string, verbs ...string) rbacv1.PolicyRule {
 		return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: resources, Verbs: verbs}
@@ -30,8 +33,10 @@ func (e *env) grantUpstreamRBAC(ctx context.Context) error {
 	}
 	_, err := e.client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "csi-provisioner", Namespace: "csi-topology"}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "csi-provisioner", Namespace: "csi-topology"},
+			// The node deployment's instances (nodes scenario).
+			{Kind: rbacv1.ServiceAccountKind, Name: "csi-node-provisioner", Namespace: lab.PublisherNamespace}},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 	}, metav1.CreateOptions{})
 	return err
 }

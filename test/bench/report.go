@@ -36,7 +36,8 @@ func (r *Report) Write(dir string) error {
 		return err
 	}
 	for _, run := range r.Runs {
-		name := fmt.Sprintf("%s%s-%dnodes-%s-rep%d.json", run.Scenario, suffix(run.Scheduler), run.Nodes, run.Contender, run.Rep)
+		name := fmt.Sprintf("%s%s%s-%dnodes-%s-rep%d.json", run.Scenario, suffix(run.Scheduler), suffix(fileSafe(run.Deployment)),
+			run.Nodes, run.Contender, run.Rep)
 		data, err := json.MarshalIndent(struct {
 			Machine Machine `json:"machine"`
 			Command string  `json:"command"`
@@ -50,6 +51,23 @@ func (r *Report) Write(dir string) error {
 		}
 	}
 	return os.WriteFile(filepath.Join(dir, "table.md"), []byte(r.Markdown()), 0o644)
+}
+
+// fileSafe keeps the letters, digits and dots of s and turns runs of
+// anything else into one '-'.
+func fileSafe(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, c := range s {
+		if c < 128 && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.') {
+			b.WriteRune(c)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.TrimSuffix(b.String(), "-")
 }
 
 func suffix(s string) string {
@@ -80,8 +98,10 @@ func (r *Report) title(scenario string) string {
 // group is the runs of one table row.
 type group struct {
 	scenario, scheduler, contender string
-	nodes                          int
-	runs                           []Result
+	// deployment is the nodes scenario's Result.Deployment ("" elsewhere).
+	deployment string
+	nodes      int
+	runs       []Result
 }
 
 // Markdown renders the medians of each scenario, size and contender, with
@@ -95,6 +115,10 @@ func (r *Report) Markdown() string {
 	}
 	groups := r.groups()
 	for _, scenario := range allScenarios {
+		if scenario == "nodes" {
+			b.WriteString(nodesTable(groups))
+			continue
+		}
 		rows := []string{}
 		for _, g := range groups {
 			if g.scenario == scenario {
@@ -119,7 +143,7 @@ func (r *Report) Markdown() string {
 	b.WriteString(schedulerTable(groups))
 	b.WriteString("\n### API requests per volume by verb and resource (medians)\n\n| scenario | nodes | provisioner | requests |\n|---|---|---|---|\n")
 	for _, g := range groups {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", g.scenario+suffix(g.scheduler), g.nodes, g.contender, g.requests())
+		fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", g.scenario+suffix(g.scheduler)+suffix(g.deployment), g.nodes, g.contender, g.requests())
 	}
 	return b.String()
 }
@@ -127,9 +151,9 @@ func (r *Report) Markdown() string {
 func (r *Report) groups() []*group {
 	var out []*group
 	for _, run := range r.Runs {
-		g := findGroup(out, run.Scenario, run.Scheduler, run.Contender, run.Nodes)
+		g := findDeployment(out, run.Scenario, run.Scheduler, run.Contender, run.Deployment, run.Nodes)
 		if g == nil {
-			g = &group{scenario: run.Scenario, scheduler: run.Scheduler, contender: run.Contender, nodes: run.Nodes}
+			g = &group{scenario: run.Scenario, scheduler: run.Scheduler, contender: run.Contender, deployment: run.Deployment, nodes: run.Nodes}
 			out = append(out, g)
 		}
 		g.runs = append(g.runs, run)
@@ -148,8 +172,12 @@ func (r *Report) groups() []*group {
 }
 
 func findGroup(groups []*group, scenario, scheduler, contender string, nodes int) *group {
+	return findDeployment(groups, scenario, scheduler, contender, "", nodes)
+}
+
+func findDeployment(groups []*group, scenario, scheduler, contender, deployment string, nodes int) *group {
 	for _, g := range groups {
-		if g.scenario == scenario && g.scheduler == scheduler && g.contender == contender && g.nodes == nodes {
+		if g.scenario == scenario && g.scheduler == scheduler && g.contender == contender && g.deployment == deployment && g.nodes == nodes {
 			return g
 		}
 	}

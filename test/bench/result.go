@@ -77,6 +77,32 @@ type Result struct {
 	// earlier rep created them).
 	BackgroundClaims int     `json:"backgroundClaims,omitempty"`
 	BackgroundSetup  float64 `json:"backgroundSetupS,omitempty"`
+	// Instances (nodes) is the number of provisioner processes of the
+	// nodes scenario's node deployment, Deployment what ran: "node ×N"
+	// and the instances' extra flags, or "central ×1" for the reference.
+	// In a nodes run, PeakRSS, RSSSynced and RSSAnon are sums over its
+	// provisioners and CPUPerVolume their CPU (and the router's) per
+	// volume, from the first claim's creation to all Bound; Startup is
+	// launch -> every provisioner synced.
+	Instances  int    `json:"instances,omitempty"`
+	Deployment string `json:"deployment,omitempty"`
+	// InstancePeakRSSMax is the largest VmHWM of one provisioner (MB),
+	// RouterPeakRSS csi-node-router's when it ran.
+	InstancePeakRSSMax float64 `json:"instancePeakRssMaxMB,omitempty"`
+	RouterPeakRSS      float64 `json:"routerPeakRssMB,omitempty"`
+	// APIServerCPUPerVolume and EtcdCPUPerVolume are kube-apiserver's and
+	// etcd's CPU (ms, /proc/<pid>/stat) from the first claim's creation to
+	// all Bound, per volume; APIServerCPUStartup kube-apiserver's CPU from
+	// the launch until every provisioner had synced (nodes).
+	APIServerCPUPerVolume float64 `json:"apiserverCpuMsPerVolume,omitempty"`
+	EtcdCPUPerVolume      float64 `json:"etcdCpuMsPerVolume,omitempty"`
+	APIServerCPUStartup   float64 `json:"apiserverCpuStartupMs,omitempty"`
+	// WatchEventsPerVolume are the claim and PV watch events the API
+	// server sent to all its watchers (apiserver_watch_events_total), per
+	// volume, over the same span; WatchDispatchedPerVolume the events its
+	// watch cache dispatched (each once, whatever the watchers).
+	WatchEventsPerVolume     float64 `json:"watchEventsPerVolume,omitempty"`
+	WatchDispatchedPerVolume float64 `json:"watchDispatchedPerVolume,omitempty"`
 	// Failures lists the checks that failed; empty when all passed.
 	Failures []string `json:"failures"`
 }
