@@ -368,6 +368,10 @@ func (k *inFlightRecordKeeper) release(ctx context.Context, claim *v1.Persistent
 	}
 	k.p.records.done(claim.UID, false)
 	k.metrics.clearedOne(outcome)
-	klog.FromContext(ctx).V(2).Info("Removed in-flight record of deleted claim", "outcome", outcome)
+	msg := "Removed the in-flight record of a deleted claim"
+	if outcome == clearMoot {
+		msg = "Removed the in-flight record: the claim's PV exists"
+	}
+	klog.FromContext(ctx).V(2).Info(msg, "outcome", outcome, "deleting", claim.DeletionTimestamp != nil)
 	return nil
 }
