@@ -275,13 +275,7 @@ func newCapacity(cfg ControllerConfig, clients Clients, csiClient ControllerClie
 	if cfg.Capacity == nil {
 		return nil, nil
 	}
-	cc := *cfg.Capacity
-	cc.DriverName = cfg.Provisioner.DriverName
-	if nd := cfg.Provisioner.Node; nd != nil {
-		cc.ManagedBy = capacity.ManagedBy(nd.NodeName)
-	}
-	// GetCapacity gets the parameters CreateVolume gets.
-	cc.DriverParameters = driverParameters
+	cc := capacityConfig(cfg)
 	// Only this provisioner's objects: with node deployment, every node's
 	// instance has its own.
 	selector := cc.Selector().String()
@@ -291,6 +285,20 @@ func newCapacity(cfg ControllerConfig, clients Clients, csiClient ControllerClie
 	pub := capacity.NewPublisher(cc, clients.Capacity, csiClient, index,
 		factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
 	return pub, capacityFactory
+}
+
+// capacityConfig completes cfg.Capacity (which must be set) with what the
+// provisioner knows: the driver, the managed-by label of a node's
+// instance, and the parameters CreateVolume gets, so that GetCapacity gets
+// them too and a class Provision refuses gets no capacity objects.
+func capacityConfig(cfg ControllerConfig) capacity.Config {
+	cc := *cfg.Capacity
+	cc.DriverName = cfg.Provisioner.DriverName
+	if nd := cfg.Provisioner.Node; nd != nil {
+		cc.ManagedBy = capacity.ManagedBy(nd.NodeName)
+	}
+	cc.DriverParameters = driverParameters
+	return cc
 }
 
 // newDeps gathers the Provisioner's dependencies; attachments is the

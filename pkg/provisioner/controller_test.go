@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 )
 
 // TestControllerProvisionsClaim runs the whole controller (library, shared
@@ -105,5 +107,31 @@ func TestControllerProvisionsClaim(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// capacityConfig hands capacity publishing the driver, the node's
+// managed-by value and the parameter parser of Provision: GetCapacity gets
+// the parameters CreateVolume gets (no reserved keys), and a class whose
+// parameters Provision refuses is refused by capacity publishing too.
+func TestCapacityConfigFromProvisioner(t *testing.T) {
+	cfg := ControllerConfig{Capacity: &capacity.Config{Namespace: "ns"}}
+	cfg.Provisioner.DriverName = testDriver
+	cfg.Provisioner.Node = &NodeDeployment{NodeName: "node-1"}
+	cc := capacityConfig(cfg)
+	if cc.DriverName != testDriver || cc.ManagedBy != capacity.ManagedBy("node-1") || cc.Namespace != "ns" {
+		t.Errorf("capacityConfig = driver %q, managed-by %q, namespace %q; want %q, %q, ns", cc.DriverName, cc.ManagedBy, cc.Namespace,
+			testDriver, capacity.ManagedBy("node-1"))
+	}
+	if cc.DriverParameters == nil {
+		t.Fatal("capacityConfig sets no DriverParameters")
+	}
+	got, err := cc.DriverParameters(map[string]string{"type": "fast", "csi.storage.k8s.io/fstype": "xfs",
+		"csi.storage.k8s.io/provisioner-secret-name": "s", "csi.storage.k8s.io/provisioner-secret-namespace": "ns"})
+	if err != nil || len(got) != 1 || got["type"] != "fast" {
+		t.Errorf("DriverParameters(valid class) = %v, %v; want only type=fast", got, err)
+	}
+	if _, err := cc.DriverParameters(map[string]string{"csi.storage.k8s.io/unknown-key": "x"}); err == nil {
+		t.Error("DriverParameters(class with an unknown reserved key) = no error; want Provision's refusal")
 	}
 }
