@@ -251,6 +251,9 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 	}
 	var inf controllerInformers
 	inf.factory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod, informers.WithTransform(transform))
+	if nd != nil && nd.LabelSelection {
+		nd.registerScopedInformers(inf.factory, cfg.Provisioner.DriverName)
+	}
 	inf.claims = inf.factory.Core().V1().PersistentVolumeClaims().Informer()
 	inf.volumes = inf.factory.Core().V1().PersistentVolumes().Informer()
 	inf.classes = inf.factory.Storage().V1().StorageClasses().Informer()
