@@ -159,6 +159,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			return nil, err
 		}
 	}
+	if cfg.Metrics != nil {
+		registerCacheMetrics(cfg.Metrics, inf.claims, inf.volumes)
+	}
 	if _, err := inf.claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
 		return nil, fmt.Errorf("watching claims: %w", err)
 	}

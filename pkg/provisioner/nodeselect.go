@@ -12,6 +12,7 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
@@ -95,4 +96,17 @@ func handBackLabel(driver string, class *storagev1.StorageClass) string {
 		return nodelabel.PoolValue(driver)
 	}
 	return ""
+}
+
+// registerCacheMetrics exports how many claims and PVs the controller's
+// informers hold (csi_topology_provisioner_cached_claims and
+// _cached_volumes): with selection by label a node's instance holds its
+// own node's only, whatever the size of the cluster.
+func registerCacheMetrics(reg metrics.KubeRegistry, claims, volumes cache.SharedIndexInformer) {
+	for what, inf := range map[string]cache.SharedIndexInformer{"claims": claims, "volumes": volumes} {
+		store := inf.GetStore()
+		reg.RawMustRegister(metrics.NewGaugeFunc(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "cached_" + what,
+			Help: "Objects the provisioner's informer of " + what + " holds (with node deployment's selection by label, its own node's and the pool's only)."},
+			func() float64 { return float64(len(store.ListKeys())) }))
+	}
 }
