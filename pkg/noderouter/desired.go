@@ -13,6 +13,13 @@ import (
 // immediate-binding claim) records the node of a claim.
 const annSelectedNode = "volume.kubernetes.io/selected-node"
 
+// Annotations kube-controller-manager's PV controller puts on a claim it
+// leaves to an external provisioner (the beta one for older clusters).
+const (
+	annStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
+	annBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+)
+
 // want is the label a claim or PV should carry: keep means leave it as it
 // is (no opinion); otherwise value, where "" is no label.
 type want struct {
@@ -24,6 +31,13 @@ type want struct {
 // class (nil: not in the cache):
 //
 //   - not of the driver's classes: left alone;
+//   - without a volume and not yet left to the driver by the PV controller
+//     (its storage-provisioner annotation): left alone for now. The PV
+//     controller writes that annotation right after the claim is created
+//     (immediate binding) or selected (delayed binding); a label PATCH in
+//     between would make its Update conflict (a ProvisioningFailed Event
+//     "Error saving claim" and a retry). No instance acts on the claim
+//     before the annotation anyway;
 //   - selected for a node: that node's value (bound or not: the node of its
 //     volume);
 //   - bound without a selected node (a pre-provisioned PV): left alone;
@@ -31,6 +45,9 @@ type want struct {
 //   - waiting for its first consumer without a selected node: no label.
 func claimLabel(driver string, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass) want {
 	if class == nil || class.Provisioner != driver {
+		return want{keep: true}
+	}
+	if claim.Spec.VolumeName == "" && claim.Annotations[annStorageProvisioner] != driver && claim.Annotations[annBetaStorageProvisioner] != driver {
 		return want{keep: true}
 	}
 	if node := claim.Annotations[annSelectedNode]; node != "" {

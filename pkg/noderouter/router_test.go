@@ -28,8 +28,10 @@ func class(name, provisioner string, mode storagev1.VolumeBindingMode) *storagev
 func claim(name, class, selected, volume string, labels map[string]string) *v1.PersistentVolumeClaim {
 	c := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, Labels: labels},
 		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(class), VolumeName: volume}}
+	// Left to the driver by the PV controller.
+	c.Annotations = map[string]string{annStorageProvisioner: driver}
 	if selected != "" {
-		c.Annotations = map[string]string{annSelectedNode: selected}
+		c.Annotations[annSelectedNode] = selected
 	}
 	return c
 }
@@ -70,6 +72,11 @@ func TestRouterLabels(t *testing.T) {
 		claim("static", "imm", "", "pv-static", label("kept")),
 		claim("theirs", "theirs", "n1", "", nil),
 		claim("no-class", "missing", "n1", "", nil),
+		func() *v1.PersistentVolumeClaim {
+			c := claim("pv-controller-not-yet", "wffc", "n1", "", nil)
+			delete(c.Annotations, annStorageProvisioner)
+			return c
+		}(),
 		volume("pv-old", driver, []string{"n2"}, nil),
 		volume("pv-long", driver, []string{"long-host"}, nil),
 		volume("pv-mine", driver, []string{"n1"}, label("n1")),
@@ -79,7 +86,7 @@ func TestRouterLabels(t *testing.T) {
 		volume("pv-theirs", "other.example.com", []string{"n1"}, nil),
 	}
 	wantClaims := map[string]string{"placed": "n1", "placed-long": nodelabel.NodeValue(long), "pooled": pool, "handed-back": "",
-		"moved": "n2", "bound-before": "n2", "static": "kept", "theirs": "", "no-class": ""}
+		"moved": "n2", "bound-before": "n2", "static": "kept", "theirs": "", "no-class": "", "pv-controller-not-yet": ""}
 	wantPVs := map[string]string{"pv-old": "n2", "pv-long": nodelabel.NodeValue(long), "pv-mine": "n1", "pv-nowhere": "",
 		"pv-shared": "", "pv-two": "", "pv-theirs": ""}
 
