@@ -314,4 +314,3 @@ func TestRouterKilledMidBurst(t *testing.T) {
 		}
 	}
 }
-
