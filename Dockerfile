@@ -64,6 +64,11 @@ COPY --from=builder /out/csi-node-publisher /csi-node-publisher
 LABEL org.opencontainers.image.title="csi-node-publisher"
 ENTRYPOINT ["/csi-node-publisher"]
 
+FROM runtime AS csi-node-router
+COPY --from=builder /out/csi-node-router /csi-node-router
+LABEL org.opencontainers.image.title="csi-node-router"
+ENTRYPOINT ["/csi-node-router"]
+
 FROM runtime AS csi-topology-scheduler
 COPY --from=builder /out/csi-topology-scheduler /csi-topology-scheduler
 LABEL org.opencontainers.image.title="csi-topology-scheduler"

@@ -12,6 +12,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -53,6 +54,9 @@ type config struct {
 	// $NODE_NAME (the topology comes from the driver at start-up).
 	nodeDeployment bool
 	node           provisioner.NodeDeployment
+	// nodeSelection is --node-deployment-selection: "all" or "label"
+	// (node.LabelSelection).
+	nodeSelection string
 	// removeRecords is --remove-in-flight-records (a one-shot run, see
 	// rollback.go); recordsDriver is --remove-in-flight-records-driver.
 	removeRecords bool
@@ -112,6 +116,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.BoolVar(&c.node.ImmediateBinding, "node-deployment-immediate-binding", true, "With --node-deployment: take immediate-binding claims for this node (the instances race; one wins).")
 	fs.DurationVar(&c.node.BaseDelay, "node-deployment-base-delay", defaultNodeBaseDelay, "With --node-deployment: wait a random time up to this long before trying to take an immediate-binding claim.")
 	fs.DurationVar(&c.node.MaxDelay, "node-deployment-max-delay", defaultNodeMaxDelay, "With --node-deployment: the longest wait before trying again to take an immediate-binding claim (it doubles after each lost race).")
+	fs.StringVar(&c.nodeSelection, "node-deployment-selection", "all", "With --node-deployment: which claims and PVs this instance lists and watches. all: every one of the cluster (as upstream). label: only those labelled "+nodelabel.Key+" with this node (and the driver's pool of unselected immediate-binding claims), selected by the API server; needs csi-node-router, which labels what the instances do not. See docs/node-deployment.md, \"Selection by label\".")
 	fs.BoolVar(&c.removeRecords, "remove-in-flight-records", false, "Run once, before a rollback to upstream external-provisioner (which never removes the in-flight finalizer), and exit: hold the leader-election Lease (with --leader-election), then remove "+provisioner.InFlightRecordFinalizer+" from every claim of the driver. Being deleted without a PV: its volume is deleted through the driver first, and the claim keeps the finalizer when the driver is not reachable. Prints a summary; exits 1 when claims keep it. Same flags as the sidecar otherwise. See docs/operations.md, \"Rolling back to upstream\".")
 	fs.StringVar(&c.recordsDriver, "remove-in-flight-records-driver", "", "With --remove-in-flight-records: the driver's name, for when its socket (--csi-address) is not reachable within 30 s; when it is, the two must agree.")
 	addUpstreamOnlyFlags(fs)
@@ -155,6 +160,7 @@ func parseArgs(args []string, output io.Writer) (config, *logging.Options, error
 	fs.Visit(func(f *flag.Flag) {
 		c.capacityOwnerLevelSet = c.capacityOwnerLevelSet || f.Name == "capacity-ownerref-level"
 	})
+	c.node.LabelSelection = c.nodeSelection == "label"
 	return c, logOpts, c.validate()
 }
 
@@ -184,6 +190,9 @@ func (c config) validate() error {
 		case c.node.BaseDelay <= 0 || c.node.MaxDelay < c.node.BaseDelay:
 			return errors.New("--node-deployment-base-delay must be positive and at most --node-deployment-max-delay")
 		}
+	}
+	if c.nodeSelection != "all" && c.nodeSelection != "label" {
+		return fmt.Errorf("--node-deployment-selection=%q: want all or label", c.nodeSelection)
 	}
 
 	if c.enableCapacity {

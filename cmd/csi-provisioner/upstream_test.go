@@ -110,6 +110,10 @@ func TestNodeDeploymentFlags(t *testing.T) {
 			wantErr: "--node-deployment and --leader-election=true exclude each other"},
 		{name: "max below base", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-base-delay=2m", "--node-deployment-max-delay=1m"},
 			wantErr: "--node-deployment-base-delay must be positive and at most --node-deployment-max-delay"},
+		{name: "selection by label", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-selection=label"},
+			want: provisioner.NodeDeployment{NodeName: "n1", ImmediateBinding: true, BaseDelay: 20 * time.Second, MaxDelay: time.Minute, LabelSelection: true}},
+		{name: "unknown selection", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-selection=field"},
+			wantErr: `--node-deployment-selection="field": want all or label`},
 		{name: "off, tuning accepted", args: []string{"--node-deployment=false", "--node-deployment-base-delay=1s", "--leader-election"}},
 	}
 	for _, tc := range tests {

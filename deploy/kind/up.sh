@@ -33,7 +33,7 @@ VERSION=dev
 # The workers kind creates for the cluster name csi-topology, and their zones:
 # they must match cluster.yaml and the overlay's mock-config.yaml.
 WORKERS="csi-topology-worker csi-topology-worker2 csi-topology-worker3"
-IMAGES="csi-provisioner csi-node-publisher csi-topology-scheduler csi-scheduler-extender mock-driver"
+IMAGES="csi-provisioner csi-node-publisher csi-node-router csi-topology-scheduler csi-scheduler-extender mock-driver"
 WORKLOADS="deployment/csi-controller daemonset/csi-node deployment/csi-topology-scheduler deployment/csi-scheduler-extender"
 
 log() { printf '\n==> %s\n' "$*"; }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
 // claimUpdateAttempts bounds the UPDATEs of one claim write that conflict
@@ -139,11 +141,20 @@ func removeInFlightFinalizer(c *v1.PersistentVolumeClaim) {
 }
 
 // dropSelectedNode removes volume.kubernetes.io/selected-node from a claim (a
-// reschedule) and, with withRecord, its in-flight record.
-func dropSelectedNode(uid types.UID, withRecord bool, opts metav1.UpdateOptions) claimChange {
+// reschedule) and, with withRecord, its in-flight record. With label set
+// (node deployment), the same write sets nodelabel.Key to *label, or
+// removes it when *label is "" (see handBackLabel).
+func dropSelectedNode(uid types.UID, withRecord bool, label *string, opts metav1.UpdateOptions) claimChange {
 	meta := map[string]any{"uid": uid, "annotations": map[string]any{annSelectedNode: nil}}
 	if withRecord {
 		meta["$deleteFromPrimitiveList/finalizers"] = []string{InFlightRecordFinalizer}
+	}
+	if label != nil {
+		var v any
+		if *label != "" {
+			v = *label
+		}
+		meta["labels"] = map[string]any{nodelabel.Key: v}
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": meta})
 	return claimChange{patch: patch, dryRun: opts.DryRun, fieldManager: opts.FieldManager, edit: func(c *v1.PersistentVolumeClaim) {
@@ -151,5 +162,20 @@ func dropSelectedNode(uid types.UID, withRecord bool, opts metav1.UpdateOptions)
 		if withRecord {
 			removeInFlightFinalizer(c)
 		}
+		if label != nil {
+			setLabel(&c.ObjectMeta, nodelabel.Key, *label)
+		}
 	}}
+}
+
+// setLabel sets a label, or removes it when value is "".
+func setLabel(m *metav1.ObjectMeta, key, value string) {
+	if value == "" {
+		delete(m.Labels, key)
+		return
+	}
+	if m.Labels == nil {
+		m.Labels = map[string]string{}
+	}
+	m.Labels[key] = value
 }

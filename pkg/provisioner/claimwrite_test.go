@@ -20,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
 // switchLog is the start of the line that says, once, that claims are
@@ -208,18 +210,28 @@ func TestClaimWriterFallback(t *testing.T) {
 // PATCH as by UPDATE, and leaves others' finalizers and annotations.
 func TestClaimChangeSameByPatchAndUpdate(t *testing.T) {
 	uid := types.UID("uid-data")
+	pool, none := nodelabel.PoolValue("d"), ""
+	labelled := func(c claimBuilder, v string) claimBuilder {
+		c.Labels = map[string]string{nodelabel.Key: v, "example.com/keep": "yes"}
+		return c
+	}
 	tests := []struct {
-		name   string
-		claim  claimBuilder
-		change claimChange
+		name      string
+		claim     claimBuilder
+		change    claimChange
+		wantLabel *string
 	}{
 		{name: "add the record", claim: kept(makePVC("data", "zonal")), change: addRecord(uid)},
 		{name: "add the record again", claim: kept(makePVC("data", "zonal").withRecord()), change: addRecord(uid)},
 		{name: "remove the record", claim: kept(makePVC("data", "zonal").withRecord()), change: dropRecord(uid)},
 		{name: "hand back", claim: kept(makePVC("data", "zonal").withRecord().withSelectedNode("n1")),
-			change: dropSelectedNode(uid, false, metav1.UpdateOptions{})},
+			change: dropSelectedNode(uid, false, nil, metav1.UpdateOptions{})},
 		{name: "hand back with the record", claim: kept(makePVC("data", "zonal").withRecord().withSelectedNode("n1")),
-			change: dropSelectedNode(uid, true, metav1.UpdateOptions{})},
+			change: dropSelectedNode(uid, true, nil, metav1.UpdateOptions{})},
+		{name: "hand back to the pool", claim: labelled(kept(makePVC("data", "zonal").withSelectedNode("n1")), "n1"),
+			change: dropSelectedNode(uid, true, &pool, metav1.UpdateOptions{}), wantLabel: &pool},
+		{name: "hand back to the scheduler, label removed", claim: labelled(kept(makePVC("data", "zonal").withSelectedNode("n1")), "n1"),
+			change: dropSelectedNode(uid, true, &none, metav1.UpdateOptions{}), wantLabel: &none},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,13 +244,16 @@ func TestClaimChangeSameByPatchAndUpdate(t *testing.T) {
 					t.Fatal(err)
 				}
 				results[i] = got
+				if tc.wantLabel != nil && (got.Labels[nodelabel.Key] != *tc.wantLabel || got.Labels["example.com/keep"] != "yes") {
+					t.Errorf("labels %v, want %s=%q and the others kept", got.Labels, nodelabel.Key, *tc.wantLabel)
+				}
 				if !hasString(got.Finalizers, "example.com/keep") || got.Annotations["example.com/keep"] != "yes" {
 					t.Errorf("others' finalizer or annotation lost: %v %v", got.Finalizers, got.Annotations)
 				}
 			}
 			byPatch, byUpdate := results[0], results[1]
 			if !sameSet(byPatch.Finalizers, byUpdate.Finalizers) ||
-				fmt.Sprint(byPatch.Annotations) != fmt.Sprint(byUpdate.Annotations) {
+				fmt.Sprint(byPatch.Annotations) != fmt.Sprint(byUpdate.Annotations) || fmt.Sprint(byPatch.Labels) != fmt.Sprint(byUpdate.Labels) {
 				t.Errorf("by PATCH: %v %v; by UPDATE: %v %v", byPatch.Finalizers, byPatch.Annotations, byUpdate.Finalizers, byUpdate.Annotations)
 			}
 		})

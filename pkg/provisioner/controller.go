@@ -160,6 +160,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			return nil, err
 		}
 	}
+	if cfg.Metrics != nil {
+		registerCacheMetrics(cfg.Metrics, inf.claims, inf.volumes)
+	}
 	if _, err := inf.claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
 		return nil, fmt.Errorf("watching claims: %w", err)
 	}
@@ -252,6 +255,9 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 	}
 	var inf controllerInformers
 	inf.factory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod, informers.WithTransform(transform))
+	if nd != nil && nd.LabelSelection {
+		nd.registerScopedInformers(inf.factory, cfg.Provisioner.DriverName)
+	}
 	inf.claims = inf.factory.Core().V1().PersistentVolumeClaims().Informer()
 	inf.volumes = inf.factory.Core().V1().PersistentVolumes().Informer()
 	inf.classes = inf.factory.Storage().V1().StorageClasses().Informer()

@@ -11,6 +11,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // withRecordGuard returns the clientset the provisioning library is given
@@ -54,7 +55,7 @@ func (c *guardCoreV1) PersistentVolumes() corev1client.PersistentVolumeInterface
 
 func (c *guardCoreV1) PersistentVolumeClaims(namespace string) corev1client.PersistentVolumeClaimInterface {
 	return &guardClaims{PersistentVolumeClaimInterface: c.CoreV1Interface.PersistentVolumeClaims(namespace), dropRecord: c.p.cfg.Node != nil,
-		writes: c.p.records.writes}
+		writes: c.p.records.writes, p: c.p}
 }
 
 type guardPVs struct {
@@ -140,6 +141,7 @@ type guardClaims struct {
 	// writes sends the hand-back (a PATCH, or an UPDATE where RBAC
 	// refuses the PATCH).
 	writes *claimWriter
+	p      *Provisioner
 }
 
 // Update sends a claim without volume.kubernetes.io/selected-node (the
@@ -151,5 +153,21 @@ func (g *guardClaims) Update(ctx context.Context, claim *v1.PersistentVolumeClai
 	if _, ok := claim.Annotations[annSelectedNode]; ok || claim.UID == "" {
 		return g.PersistentVolumeClaimInterface.Update(ctx, claim, opts)
 	}
-	return g.writes.write(ctx, claim, dropSelectedNode(claim.UID, g.dropRecord, opts))
+	return g.writes.write(ctx, claim, dropSelectedNode(claim.UID, g.dropRecord, g.handBackLabel(claim), opts))
+}
+
+// handBackLabel is the node label a claim handed back gets with node
+// deployment (nil: the label is left alone): the pool's for a claim of an
+// immediate-binding class, none otherwise (handBackLabel). A class the
+// cache does not hold leaves the label to csi-node-router.
+func (g *guardClaims) handBackLabel(claim *v1.PersistentVolumeClaim) *string {
+	if g.p == nil || g.p.cfg.Node == nil || g.p.deps.Classes == nil {
+		return nil
+	}
+	class, err := g.p.deps.Classes.Get(ptr.Deref(claim.Spec.StorageClassName, ""))
+	if err != nil {
+		return nil
+	}
+	v := handBackLabel(g.p.cfg.DriverName, class)
+	return &v
 }

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
 // nodeClaimer is how a node deployment's instance takes immediate-binding
@@ -227,6 +229,9 @@ func (c *nodeClaimer) attempt(ctx context.Context, key cache.ObjectName) {
 		taken.Annotations = map[string]string{}
 	}
 	taken.Annotations[annSelectedNode] = c.node.NodeName
+	// The node's label in the same write: the claim leaves the pool's
+	// selection and enters this node's (selection by label).
+	setLabel(&taken.ObjectMeta, nodelabel.Key, c.node.nodeValue())
 	_, err = c.client.PersistentVolumeClaims(claim.Namespace).Update(ctx, taken, metav1.UpdateOptions{})
 	switch {
 	case err == nil:

@@ -24,8 +24,9 @@ import (
 //     immediate-binding claims the instance took (ImmediateBinding, see
 //     nodeClaimer).
 //   - It deletes only the volumes of PVs whose node affinity admits Topology.
-//   - Its Node and CSINode informers hold only NodeName; claims, PVs and
-//     classes stay cluster-wide (no field selects an annotation).
+//   - Its Node and CSINode informers hold only NodeName; claims and PVs
+//     are the node's own with LabelSelection, else cluster-wide (no field
+//     selects an annotation); classes are cluster-wide.
 //   - It elects no leader: every node's instance runs.
 //
 // The zero value of each duration is replaced by upstream's default.
@@ -42,6 +43,12 @@ type NodeDeployment struct {
 	// take an immediate-binding claim: random in [0, BaseDelay] at first,
 	// doubling after each lost race up to MaxDelay. Defaults 20s and 1m.
 	BaseDelay, MaxDelay time.Duration
+	// LabelSelection: the instance lists and watches only the claims and
+	// PVs labelled with its node (and the driver's pool of unselected
+	// immediate-binding claims), selected by the API server
+	// (--node-deployment-selection=label, nodeselect.go); csi-node-router
+	// must run. Without it every claim and PV of the cluster is watched.
+	LabelSelection bool
 
 	// node is the node as a PV's node affinity sees it (name and
 	// Topology as labels), for the selector terms ownsVolume does not

@@ -80,6 +80,7 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 		name := req.attributesClass
 		pv.Spec.VolumeAttributesClassName = &name
 	}
+	p.cfg.Node.labelVolume(pv)
 	return pv, nil
 }
 

@@ -25,7 +25,7 @@ import (
 var update = flag.Bool("update", false, "rewrite docs/flags.md from the binaries' --help")
 
 // binaries are documented in this order.
-var binaries = []string{"csi-provisioner", "csi-node-publisher", "csi-scheduler-extender", "mock-driver", "kubectl-csi_topology"}
+var binaries = []string{"csi-provisioner", "csi-node-publisher", "csi-node-router", "csi-scheduler-extender", "mock-driver", "kubectl-csi_topology"}
 
 const header = `# Flags reference
 

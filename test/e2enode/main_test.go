@@ -71,7 +71,8 @@ func TestMain(m *testing.M) {
 	os.Exit(controlplane.RunTestMainWithOurScheduler(m, schedulerConfig, func(ctx context.Context, c *controlplane.Cluster) error {
 		client = c.Client
 		var err error
-		if nl, err = lab.SetupNodeLocal(ctx, c, lab.NodeLocalConfig{Nodes: nodes, CapacityBytes: nodeCapacity, TTL: ttl}); err != nil {
+		if nl, err = lab.SetupNodeLocal(ctx, c, lab.NodeLocalConfig{Nodes: nodes, CapacityBytes: nodeCapacity, TTL: ttl,
+			LabelSelection: labelSelection()}); err != nil {
 			return err
 		}
 		for name, mode := range map[string]storagev1.VolumeBindingMode{
@@ -100,6 +101,15 @@ func TestMain(m *testing.M) {
 		})
 	}))
 }
+
+// selectionEnv chooses how the nodes' provisioners select their claims
+// and PVs: "label" (the default: --node-deployment-selection=label with
+// csi-node-router) or "all" (every claim and PV, as upstream). Every test
+// of the package runs in either; the tests of selection by label switch
+// the lab to it when it runs with "all".
+const selectionEnv = "CSI_TOPOLOGY_NODE_SELECTION"
+
+func labelSelection() bool { return os.Getenv(selectionEnv) != "all" }
 
 // deleteNamespace is the cleanup of lab.NewNamespaceCleanup for this
 // package: it deletes the namespace's StatefulSets and pods (at once: no

@@ -29,6 +29,7 @@ var binaries = []struct {
 	version string
 }{
 	{name: "csi-node-publisher", version: "csi-node-publisher " + testVersion},
+	{name: "csi-node-router", version: "csi-node-router " + testVersion},
 	{name: "csi-provisioner", version: "csi-provisioner " + testVersion},
 	{name: "csi-scheduler-extender", version: "csi-scheduler-extender " + testVersion},
 	{name: "csi-topology-scheduler", version: "csi-topology-scheduler " + testVersion + " (Kubernetes v1."},

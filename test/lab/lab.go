@@ -69,7 +69,7 @@ type Config struct {
 
 // Binaries are the project's commands a Lab runs, from Config.BinDir or
 // built by Setup.
-var Binaries = []string{"mock-driver", "csi-provisioner", "csi-node-publisher", "csi-scheduler-extender"}
+var Binaries = []string{"mock-driver", "csi-provisioner", "csi-node-publisher", "csi-scheduler-extender", "csi-node-router"}
 
 // Lab is a deployed mock driver and provisioner on a cluster.
 type Lab struct {

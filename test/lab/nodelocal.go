@@ -34,6 +34,9 @@ type NodeLocalConfig struct {
 	ProvisionerArgs []string
 	// BinDir: see Config.BinDir.
 	BinDir string
+	// LabelSelection runs every node's provisioner with
+	// --node-deployment-selection=label and csi-node-router beside them.
+	LabelSelection bool
 }
 
 // NodeLocalProvisionerArgs are the flags every node's csi-provisioner of a
@@ -63,6 +66,11 @@ type NodeLocalLab struct {
 	Names []string
 	nodes map[string]*LocalNode
 	ncfg  NodeLocalConfig
+	// router is csi-node-router (with LabelSelection); routerKubeconfig
+	// its ServiceAccount's.
+	router           *controlplane.Process
+	routerKubeconfig string
+	routerStarts     int
 }
 
 // LocalNode is one node of a NodeLocalLab: its driver (HeartbeatNode's
@@ -109,6 +117,11 @@ func SetupNodeLocal(ctx context.Context, c *controlplane.Cluster, cfg NodeLocalC
 	}
 	for i := 1; i <= cfg.Nodes; i++ {
 		if _, err := nl.addNode(ctx, fmt.Sprintf("node-%d", i)); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.LabelSelection {
+		if err := nl.StartRouter(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -222,6 +235,11 @@ func (n *LocalNode) launchProvisioner(extra ...string) error {
 	n.provStarts++
 	args := append(append(append([]string(nil), NodeLocalProvisionerArgs...), "--http-endpoint="+strings.TrimPrefix(n.HTTPURL, "http://")),
 		append(append([]string(nil), n.nl.ncfg.ProvisionerArgs...), extra...)...)
+	if n.nl.ncfg.LabelSelection {
+		// Before the test's extra flags, which may override it.
+		args = append(append(append([]string(nil), NodeLocalProvisionerArgs...), LabelSelectionArg,
+			"--http-endpoint="+strings.TrimPrefix(n.HTTPURL, "http://")), append(append([]string(nil), n.nl.ncfg.ProvisionerArgs...), extra...)...)
+	}
 	p, err := n.nl.startProvisionerFor(fmt.Sprintf("csi-provisioner-%s-%d", n.Name, n.provStarts), filepath.Join(n.nl.BinDir, "csi-provisioner"),
 		n.nl.nodeSocket(n.Name), []string{"NODE_NAME=" + n.Name, "NAMESPACE=" + CapacityNamespace}, args...)
 	if err != nil {

@@ -74,7 +74,8 @@ func upShVar(t *testing.T, name string) string {
 // TestImageReferences fails when the manifests and `make image` drift
 // apart: every image of ours that a kustomization names is an image `make
 // image` builds; every overlay names them at the tag up.sh builds and
-// loads, and the mock overlay uses all of them; up.sh loads exactly those;
+// loads, and the mock and node-local overlays together use all of them;
+// up.sh loads exactly those;
 // and docs/install.md's overlay names what `make push
 // REGISTRY=registry.example.com VERSION=v0.1.0` pushes.
 func TestImageReferences(t *testing.T) {
@@ -116,15 +117,19 @@ func TestImageReferences(t *testing.T) {
 		})
 	}
 
-	mock := render(t, "deploy/kubernetes/overlays/mock")
+	// The mock overlay runs every image but csi-node-router, which only
+	// node deployment runs (overlays/node-local).
 	var mockOurs []string
-	for _, img := range containerImages(mock) {
-		if ours(img) {
-			mockOurs = append(mockOurs, img)
+	for _, dir := range []string{"deploy/kubernetes/overlays/mock", "deploy/kubernetes/overlays/node-local"} {
+		for _, img := range containerImages(render(t, dir)) {
+			if ours(img) && !slices.Contains(mockOurs, img) {
+				mockOurs = append(mockOurs, img)
+			}
 		}
 	}
+	slices.Sort(mockOurs)
 	if want := refs(imageRepository, upVersion); !slices.Equal(mockOurs, want) {
-		t.Errorf("overlays/mock runs %q; deploy/kind/up.sh builds and loads %q (VERSION=%s)", mockOurs, want, upVersion)
+		t.Errorf("overlays/mock and overlays/node-local run %q; deploy/kind/up.sh builds and loads %q (VERSION=%s)", mockOurs, want, upVersion)
 	}
 
 	overlay, _ := writeInstallDocOverlay(t)

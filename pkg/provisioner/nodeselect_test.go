@@ -1,0 +1,129 @@
+package provisioner
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
+)
+
+// TestLabelSelectionScopesInformers: with selection by label the factory's
+// claim and PV informers, which every consumer shares, list only the
+// node's objects (and the driver's pool of claims with immediate binding),
+// by label selector; without it, everything.
+func TestLabelSelectionScopesInformers(t *testing.T) {
+	pool := nodelabel.PoolValue(testDriver)
+	claim := func(name, label string) runtime.Object {
+		c := makePVC(name, "zonal").PersistentVolumeClaim
+		if label != "" {
+			c.Labels = map[string]string{nodelabel.Key: label}
+		}
+		return c
+	}
+	pv := func(name, label string) runtime.Object {
+		p := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if label != "" {
+			p.Labels = map[string]string{nodelabel.Key: label}
+		}
+		return p
+	}
+	objs := []runtime.Object{claim("own", "n1"), claim("other", "n2"), claim("pooled", pool), claim("unlabelled", ""),
+		claim("other-pool", nodelabel.PoolValue("other.example.com")), pv("pv-own", "n1"), pv("pv-other", "n2"), pv("pv-unlabelled", "")}
+	tests := []struct {
+		name                   string
+		node                   *NodeDeployment
+		wantClaims, wantVolume []string
+	}{
+		{name: "label, immediate binding", node: &NodeDeployment{NodeName: "n1", ImmediateBinding: true, LabelSelection: true},
+			wantClaims: []string{"own", "pooled"}, wantVolume: []string{"pv-own"}},
+		{name: "label, no immediate binding", node: &NodeDeployment{NodeName: "n1", LabelSelection: true},
+			wantClaims: []string{"own"}, wantVolume: []string{"pv-own"}},
+		{name: "all", node: &NodeDeployment{NodeName: "n1", ImmediateBinding: true},
+			wantClaims: []string{"other", "other-pool", "own", "pooled", "unlabelled"}, wantVolume: []string{"pv-other", "pv-own", "pv-unlabelled"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(objs...)
+			cfg := ControllerConfig{Provisioner: Config{DriverName: testDriver, Node: tc.node}}.withDefaults()
+			inf := newControllerInformers(cfg, Clients{Work: client})
+			// Consumers that ask the factory get the same informers.
+			if inf.factory.Core().V1().PersistentVolumeClaims().Informer() != inf.claims ||
+				inf.factory.Core().V1().PersistentVolumes().Informer() != inf.volumes {
+				t.Fatal("the factory hands out other claim or PV informers than the controller's")
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			inf.factory.Start(ctx.Done())
+			defer inf.factory.Shutdown()
+			defer cancel()
+			inf.factory.WaitForCacheSync(ctx.Done())
+			if got := names(inf.claims.GetStore()); !slices.Equal(got, tc.wantClaims) {
+				t.Errorf("claims cached %v, want %v", got, tc.wantClaims)
+			}
+			if got := names(inf.volumes.GetStore()); !slices.Equal(got, tc.wantVolume) {
+				t.Errorf("PVs cached %v, want %v", got, tc.wantVolume)
+			}
+			for _, a := range client.Actions() {
+				if l, ok := a.(clienttesting.ListActionImpl); ok && tc.node.LabelSelection &&
+					(l.Resource.Resource == "persistentvolumeclaims" || l.Resource.Resource == "persistentvolumes") &&
+					l.ListRestrictions.Labels.Empty() {
+					t.Errorf("%s listed without a label selector", l.Resource.Resource)
+				}
+			}
+		})
+	}
+}
+
+func names(s cache.Store) []string {
+	var out []string
+	for _, obj := range s.List() {
+		out = append(out, obj.(metav1.Object).GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestHandBackLabel: a claim handed back goes to the driver's pool when
+// its class binds immediately, and leaves every node's selection when it
+// waits for its first consumer.
+func TestHandBackLabel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		class *storagev1.StorageClass
+		want  string
+	}{
+		{name: "immediate", class: &storagev1.StorageClass{VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate)}, want: nodelabel.PoolValue("d")},
+		{name: "binding mode unset is immediate", class: &storagev1.StorageClass{}, want: nodelabel.PoolValue("d")},
+		{name: "wait for first consumer", class: &storagev1.StorageClass{VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}},
+		{name: "no class"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := handBackLabel("d", tc.class); got != tc.want {
+				t.Errorf("handBackLabel = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestNodeVolumeLabelled: an instance labels the PV it builds with its
+// node; a central provisioner does not label.
+func TestNodeVolumeLabelled(t *testing.T) {
+	var pv v1.PersistentVolume
+	(*NodeDeployment)(nil).labelVolume(&pv)
+	if pv.Labels != nil {
+		t.Errorf("central provisioner labelled its PV: %v", pv.Labels)
+	}
+	(&NodeDeployment{NodeName: "n1"}).labelVolume(&pv)
+	if pv.Labels[nodelabel.Key] != "n1" {
+		t.Errorf("labels %v, want %s=n1", pv.Labels, nodelabel.Key)
+	}
+}
