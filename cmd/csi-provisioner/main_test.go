@@ -31,7 +31,7 @@ func TestValidateCSIAddress(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := config{csiAddress: tc.address, kubeAPIQPS: 1, kubeAPIBurst: 1}
+			cfg := config{csiAddress: tc.address, kubeAPIQPS: 1, kubeAPIBurst: 1, nodeSelection: "all"}
 			cfg.controller.WorkerThreads = 1
 			err := cfg.validate()
 			if tc.wantErr == "" {
