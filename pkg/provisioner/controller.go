@@ -365,6 +365,9 @@ func scopeToNode(cfg ControllerConfig, clients Clients, p *Provisioner, inf cont
 		return nil, nil
 	}
 	libClaims.scope, libVolumes.scope = nd.ownsClaim, nd.ownsVolume
+	if nd.LabelSelection {
+		libClaims.keep = nd.selectsAfterWrite(cfg.Provisioner.DriverName, inf.factory.Storage().V1().StorageClasses().Lister())
+	}
 	if !nd.ImmediateBinding {
 		return nil, nil
 	}

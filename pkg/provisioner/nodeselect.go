@@ -11,8 +11,10 @@ import (
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
@@ -108,5 +110,31 @@ func registerCacheMetrics(reg metrics.KubeRegistry, claims, volumes cache.Shared
 		reg.RawMustRegister(metrics.NewGaugeFunc(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "cached_" + what,
 			Help: "Objects the provisioner's informer of " + what + " holds (with node deployment's selection by label, its own node's and the pool's only)."},
 			func() float64 { return float64(len(store.ListKeys())) }))
+	}
+}
+
+// selectsAfterWrite returns whether a claim the library writes to its
+// store is still in the node's selection as the API server has it: its
+// selected node is this node, or it has none and a hand-back put it in the
+// driver's pool (an immediate-binding class, with ImmediateBinding). The
+// library's only such write is the claim it handed back (selected node
+// removed), whose labels are the ones from before the hand-back.
+func (n *NodeDeployment) selectsAfterWrite(driver string, classes storagelisters.StorageClassLister) func(obj any) bool {
+	return func(obj any) bool {
+		claim, ok := obj.(*v1.PersistentVolumeClaim)
+		if !ok {
+			return true
+		}
+		if node, ok := claim.Annotations[annSelectedNode]; ok {
+			return node == n.NodeName
+		}
+		if !n.ImmediateBinding {
+			return false
+		}
+		class, err := classes.Get(ptr.Deref(claim.Spec.StorageClassName, ""))
+		if err != nil {
+			return false
+		}
+		return handBackLabel(driver, class) != ""
 	}
 }

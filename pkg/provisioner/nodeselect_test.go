@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -125,5 +126,48 @@ func TestNodeVolumeLabelled(t *testing.T) {
 	(&NodeDeployment{NodeName: "n1"}).labelVolume(&pv)
 	if pv.Labels[nodelabel.Key] != "n1" {
 		t.Errorf("labels %v, want %s=n1", pv.Labels, nodelabel.Key)
+	}
+}
+
+// After a hand-back, the library writes its copy of the claim into the
+// store. With selection by label, a claim that left the node's selection
+// must not come back through that write: the watch's delete may already
+// have been applied, and no later event would correct the store.
+func TestLibraryWriteAfterHandBack(t *testing.T) {
+	classes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, c := range []*storagev1.StorageClass{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass} {
+		if err := classes.Add(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lister := storagelisters.NewStorageClassLister(classes)
+	for _, tc := range []struct {
+		name      string
+		immediate bool // the instance races for immediate-binding claims
+		claim     *v1.PersistentVolumeClaim
+		wantKept  bool
+	}{
+		{name: "handed-back WFFC claim", immediate: true, claim: makePVC("c", "wffc").PersistentVolumeClaim},
+		{name: "handed-back immediate claim, instance races", immediate: true, claim: makePVC("c", "imm").PersistentVolumeClaim, wantKept: true},
+		{name: "handed-back immediate claim, instance does not race", claim: makePVC("c", "imm").PersistentVolumeClaim},
+		{name: "claim of this node", claim: makePVC("c", "wffc").withSelectedNode("node-1").PersistentVolumeClaim, wantKept: true},
+		{name: "claim of another node", claim: makePVC("c", "wffc").withSelectedNode("node-2").PersistentVolumeClaim},
+		{name: "claim of an unknown class", immediate: true, claim: makePVC("c", "gone").PersistentVolumeClaim},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nd := &NodeDeployment{NodeName: "node-1", ImmediateBinding: tc.immediate, LabelSelection: true}
+			inf := newReplayInformer(cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.PersistentVolumeClaim{}, 0, cache.Indexers{}), pendingClaim)
+			inf.keep = nd.selectsAfterWrite(testDriver, lister)
+			// The watch's delete came first: the store is empty when the
+			// library writes its copy.
+			if err := inf.GetStore().Update(tc.claim); err != nil {
+				t.Fatal(err)
+			}
+			key, _ := cache.MetaNamespaceKeyFunc(tc.claim)
+			_, kept, _ := inf.SharedIndexInformer.GetStore().GetByKey(key)
+			if kept != tc.wantKept {
+				t.Errorf("claim in the store after the library's write: %t, want %t", kept, tc.wantKept)
+			}
+		})
 	}
 }

@@ -26,8 +26,45 @@ type replayInformer struct {
 	// informer see (node deployment: this node's claims or volumes).
 	scope func(obj any) bool
 
+	// keep, when set, gates the library's own writes to the store (see
+	// GetStore): an object it rejects is removed instead of written.
+	keep func(obj any) bool
+
 	mu       sync.Mutex
 	handlers []cache.ResourceEventHandler
+}
+
+// GetStore returns the informer's store, with the library's writes gated
+// by keep when it is set.
+//
+// Why: after a reschedule the library writes its copy of the claim (with
+// the old labels and resourceVersion) into the store. With node
+// deployment's selection by label, the hand-back has just taken the claim
+// out of the node's selection; when the watch's delete has already been
+// applied, that write would bring the claim back into a store that no
+// later event will ever correct.
+func (i *replayInformer) GetStore() cache.Store {
+	store := i.SharedIndexInformer.GetStore()
+	if i.keep == nil {
+		return store
+	}
+	return &gatedStore{Store: store, keep: i.keep}
+}
+
+// gatedStore is a store whose Add and Update write only what keep
+// accepts, and delete the rest.
+type gatedStore struct {
+	cache.Store
+	keep func(obj any) bool
+}
+
+func (s *gatedStore) Add(obj any) error { return s.Update(obj) }
+
+func (s *gatedStore) Update(obj any) error {
+	if s.keep(obj) {
+		return s.Store.Update(obj)
+	}
+	return s.Store.Delete(obj)
 }
 
 func newReplayInformer(inf cache.SharedIndexInformer, wanted func(obj any) bool) *replayInformer {
