@@ -91,7 +91,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.IntVar(&o.Claims, "claims", 500, "Claims per run (N).")
 	fs.IntVar(&o.BackgroundClaims, "background-claims", 20000, "node: claims of other nodes, each bound to a PV of its node, in the cluster before the instance starts.")
 	fs.IntVar(&o.Instances, "instances", 100, "nodes: csi-provisioner --node-deployment processes at once, on nodes spread over the cluster (at most one per node).")
-	fs.StringVar(&nodeExtra, "node-args", "", "nodes: extra flags of our instances, space-separated (e.g. --node-deployment-selection=label; csi-node-router then runs from --bin-dir).")
+	fs.StringVar(&nodeExtra, "node-args", "", "node, nodes: extra flags of our instances, space-separated (e.g. --node-deployment-selection=label; csi-node-router then runs from --bin-dir).")
 	fs.BoolVar(&o.NodesCentral, "nodes-central", true, "nodes: also run the reference, one central csi-provisioner provisioning the same claims.")
 	fs.IntVar(&o.Reps, "reps", 2, "Runs of each scenario per provisioner.")
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "Directory of the project's binaries (make build); empty: build them.")

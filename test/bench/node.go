@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -193,7 +195,10 @@ func (e *env) createBackground(ctx context.Context) error {
 		node := nodeName(1 + i%(e.size-1))
 		c := claim(i, nodeLocalClass)
 		c.Name = fmt.Sprintf("bg-%05d", i)
-		c.Labels = map[string]string{"app": "bench-background"}
+		// Labelled as csi-node-router labels a placed claim: the background
+		// is the same for both selections, and an instance selecting by
+		// label must not receive it.
+		c.Labels = map[string]string{"app": "bench-background", nodelabel.Key: nodelabel.NodeValue(node)}
 		c.Annotations = map[string]string{annSelectedNode: node, annStorageProvisioner: lab.DriverName, annBetaStorageProvisioner: lab.DriverName}
 		c.Spec.VolumeName = "pvc-bg-" + strconv.Itoa(i)
 		c, err := e.client.CoreV1().PersistentVolumeClaims(backgroundNamespace).Create(ctx, c, metav1.CreateOptions{})
@@ -219,7 +224,8 @@ func (e *env) createBackground(ctx context.Context) error {
 func backgroundPV(c *v1.PersistentVolumeClaim, node string) *v1.PersistentVolume {
 	return &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Spec.VolumeName, Finalizers: []string{pvFinalizer},
-			Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": lab.DriverName}},
+			Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": lab.DriverName},
+			Labels:      map[string]string{nodelabel.Key: nodelabel.NodeValue(node)}},
 		Spec: v1.PersistentVolumeSpec{
 			Capacity:    v1.ResourceList{v1.ResourceStorage: *resourceGi},
 			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
@@ -266,7 +272,14 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 	}
 	binary := e.provisionerBinary(ours)
 	args := append([]string{"--csi-address=unix://" + nl.socket, "--kubeconfig=" + nl.kubeconfig}, commonArgs...)
-	args = append(append(append(args, nodeArgs...), pargs...), e.opts.ProvisionerArgs...)
+	args = append(append(append(append(args, nodeArgs...), e.opts.NodeArgs...), pargs...), e.opts.ProvisionerArgs...)
+	router, skip, err := e.startRouter(ours, false)
+	if err != nil || skip != "" {
+		return r, errors.Join(err, errorIf(skip))
+	}
+	if router != nil {
+		defer router.Stop(15 * time.Second)
+	}
 	e.runs++
 	l, err := e.launchWith(ctx, ours, binary, o, func() (*controlplane.Process, error) {
 		return e.cluster.StartProcess(fmt.Sprintf("csi-provisioner-node-%d", e.runs), binary, args, []string{"NODE_NAME=" + nl.node})
@@ -411,4 +424,12 @@ func pvNode(pv *v1.PersistentVolume) string {
 // volumes lists the node-local driver's volumes (its admin endpoint).
 func (n *nodeLocal) volumes(ctx context.Context, out *[]state.Volume) error {
 	return lab.AdminCall(ctx, n.adminURL, http.MethodGet, "/volumes", nil, out)
+}
+
+// errorIf returns an error saying why, or nil for "".
+func errorIf(why string) error {
+	if why == "" {
+		return nil
+	}
+	return errors.New(why)
 }
