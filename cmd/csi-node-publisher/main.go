@@ -23,6 +23,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/httpendpoint"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
@@ -162,7 +163,7 @@ func run(ctx context.Context, cfg config) error {
 		if cfg.enablePprof {
 			profiling.Register(mux)
 		}
-		srv := serveHTTP(ctx, lis, mux)
+		srv := httpendpoint.Serve(ctx, lis, mux)
 		defer srv.Close()
 	}
 	conn, err := connection.Connect(ctx, cfg.csiAddress, nil)
@@ -237,17 +238,4 @@ func httpHandler(healthy func() error, reg metrics.KubeRegistry) *http.ServeMux 
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
-}
-
-// serveHTTP serves handler on lis until the returned server is closed.
-func serveHTTP(ctx context.Context, lis net.Listener, handler http.Handler) *http.Server {
-	logger := klog.FromContext(ctx)
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		logger.Info("Serving health and metrics", "address", lis.Addr().String())
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP endpoint failed", "address", lis.Addr().String())
-		}
-	}()
-	return srv
 }

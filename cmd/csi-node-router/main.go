@@ -23,6 +23,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/httpendpoint"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/noderouter"
@@ -142,7 +143,7 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("listening on --http-endpoint: %w", err)
 		}
-		srv := serveHTTP(ctx, lis, httpHandler(r.Synced, reg))
+		srv := httpendpoint.Serve(ctx, lis, httpHandler(r.Synced, reg))
 		defer srv.Close()
 	}
 	if err := r.Start(ctx); err != nil {
@@ -171,17 +172,4 @@ func httpHandler(synced func() bool, reg metrics.KubeRegistry) *http.ServeMux {
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
-}
-
-// serveHTTP serves handler on lis until the returned server is closed.
-func serveHTTP(ctx context.Context, lis net.Listener, handler http.Handler) *http.Server {
-	logger := klog.FromContext(ctx)
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		logger.Info("Serving health and metrics", "address", lis.Addr().String())
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP endpoint failed", "address", lis.Addr().String())
-		}
-	}()
-	return srv
 }
