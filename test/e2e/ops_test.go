@@ -146,18 +146,18 @@ func checkDeleteCalls(t *testing.T, ctx context.Context, sinceSeq int64, url str
 	}
 	var got float64
 	var low, high int
-	for range 40 {
+	// A delete of an earlier test's volume may be answered while this
+	// looks, or its answer not yet counted: look until both agree.
+	err := env.Cluster.WaitFor(ctx, 10*time.Second, func(ctx context.Context) (bool, error) {
 		low = answered()
 		got = lab.MetricValue(lab.MustScrape(t, ctx, url), "csi_sidecar_operations_seconds_count", labels)
 		high = answered()
-		if got >= 1 && low == high && got == float64(low) {
-			return
-		}
-		// A delete of an earlier test's volume was answered meanwhile, or
-		// its answer is not yet counted: look again.
-		time.Sleep(250 * time.Millisecond)
+		return got >= 1 && low == high && got == float64(low), nil
+	})
+	if err != nil {
+		t.Errorf("csi_sidecar_operations_seconds_count%v = %v, want the %d..%d successful DeleteVolume calls the driver answered since the provisioner started (at least 1): %v",
+			labels, got, low, high, err)
 	}
-	t.Errorf("csi_sidecar_operations_seconds_count%v = %v, want the %d..%d successful DeleteVolume calls the driver answered since the provisioner started (at least 1)", labels, got, low, high)
 }
 
 // Two replicas, only the leader provisions; kill
