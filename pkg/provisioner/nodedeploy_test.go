@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
 // n1Deployment is the instance of node n1 (zone z1) of threeZones.
@@ -238,8 +240,14 @@ func TestNodeClaimerAttempt(t *testing.T) {
 			factory.Start(e.ctx.Done())
 			factory.WaitForCacheSync(e.ctx.Done())
 			cl.attempt(e.ctx, cache.ObjectName{Namespace: "apps", Name: "d"})
-			if got := e.claim(t, "apps", "d").Annotations[annSelectedNode]; got != tc.wantNode {
+			after := e.claim(t, "apps", "d")
+			if got := after.Annotations[annSelectedNode]; got != tc.wantNode {
 				t.Errorf("selected node %q, want %q", got, tc.wantNode)
+			}
+			// Taking the claim labels it with the node in the same Update
+			// (selection by label): it leaves the pool for this node.
+			if got, taken := after.Labels[nodelabel.Key], tc.wantNode == "n1"; (got == nodelabel.NodeValue("n1")) != taken {
+				t.Errorf("label %s=%q, want the node's value: %t", nodelabel.Key, got, taken)
 			}
 			if got := cl.tries[tc.claim.UID]; got != tc.wantTry {
 				t.Errorf("failed attempts %d, want %d", got, tc.wantTry)
