@@ -289,7 +289,7 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 	}
 	defer l.proc.Stop(15 * time.Second)
 	start := time.Now()
-	created, err := e.createSelectedClaims(ctx, ns, nl.node, n)
+	created, err := e.createSpreadClaims(ctx, ns, []string{nl.node}, n)
 	if err != nil {
 		return r, err
 	}
@@ -328,28 +328,6 @@ func (e *env) keep(ctx context.Context, path, name string) {
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Keeping a log", "path", path)
 	}
-}
-
-// createSelectedClaims creates n claims of the node-local class in ns as
-// the scheduler and the PV controller leave them for node's instance
-// (selected node, storage provisioner), workers at once, and returns when
-// each was created.
-func (e *env) createSelectedClaims(ctx context.Context, ns, node string, n int) (map[string]time.Time, error) {
-	createdAt := make([]time.Time, n)
-	err := parallel(ctx, n, 32, func(ctx context.Context, i int) error {
-		c := claim(i, nodeLocalClass)
-		c.Annotations = map[string]string{annSelectedNode: node, annStorageProvisioner: lab.DriverName, annBetaStorageProvisioner: lab.DriverName}
-		if _, err := e.client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		createdAt[i] = time.Now()
-		return nil
-	})
-	out := make(map[string]time.Time, n)
-	for i, t := range createdAt {
-		out[claim(i, "").Name] = t
-	}
-	return out, err
 }
 
 // checkNodeVolumes checks, after a node run, that the node's driver holds
