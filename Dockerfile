@@ -36,10 +36,11 @@ RUN mkdir /rootfs && go run ./tools/image rootfs | tar -x -p --same-owner -f - -
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION
-# The Makefile's LDFLAGS: the project's version, and the Kubernetes release
-# (go.mod's k8s.io/kubernetes) that csi-topology-scheduler --version prints.
+# The Makefile's BUILDTAGS (gRPC without x/net/trace: smaller binaries) and
+# LDFLAGS: the project's version, and the Kubernetes release (go.mod's
+# k8s.io/kubernetes) that csi-topology-scheduler --version prints.
 RUN KUBE_VERSION="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)" && \
-    CGO_ENABLED=0 GOOS="${TARGETOS}" GOARCH="${TARGETARCH}" go build -trimpath \
+    CGO_ENABLED=0 GOOS="${TARGETOS}" GOARCH="${TARGETARCH}" go build -trimpath -tags grpcnotrace \
       -ldflags "-s -w -X main.version=${VERSION} -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION}" \
       -o /out/ ./cmd/...
 

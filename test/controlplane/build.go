@@ -188,6 +188,10 @@ func goBuildWithProgress(ctx context.Context, what, modDir, outDir string, targe
 	return nil
 }
 
+// ProjectBuildTags are the build tags of the project's binaries, the
+// Makefile's BUILDTAGS (test/images checks that they agree).
+const ProjectBuildTags = "grpcnotrace"
+
 // BinDirEnv names a directory of freshly built project binaries, which
 // BuildProject uses instead of building. `make test` sets it to the bin/ its
 // build step has just filled; nothing else should.
@@ -201,7 +205,7 @@ func BuildProject(ctx context.Context, repoRoot, outDir string, pkgs ...string) 
 	if dir := os.Getenv(BinDirEnv); dir != "" && linkBuilt(dir, outDir, pkgs) == nil {
 		return nil
 	}
-	args := append([]string{"build", "-o", outDir + string(filepath.Separator)}, pkgs...)
+	args := append([]string{"build", "-tags", ProjectBuildTags, "-o", outDir + string(filepath.Separator)}, pkgs...)
 	cmd, cleanup := goCommand(ctx, repoRoot, args...)
 	defer cleanup()
 	if out, err := cmd.CombinedOutput(); err != nil {
