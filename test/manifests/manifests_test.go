@@ -9,7 +9,9 @@
 // as kube-scheduler would, and every copy of the plugin's configuration must
 // equal the component's but for the driver name. The node deployment's
 // DaemonSet and the rules of its ServiceAccount are held to
-// docs/node-deployment.md.
+// docs/node-deployment.md, and csi-node-router runs under its rendered
+// rules, which must grant exactly the requests kube-apiserver's audit log
+// shows it makes.
 package manifests
 
 import (
@@ -34,7 +36,9 @@ import (
 var cluster *controlplane.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(_ context.Context, c *controlplane.Cluster) error {
+	// The audit log records csi-node-router's requests only
+	// (TestRouterRBACIsWhatItUses).
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{AuditPolicy: auditPolicy}, func(_ context.Context, c *controlplane.Cluster) error {
 		cluster = c
 		return nil
 	}))
