@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -231,6 +232,26 @@ func (n *LocalNode) StartProvisioner(ctx context.Context, extra ...string) error
 	return n.waitProvisionerReady(ctx)
 }
 
+// StartProvisionerBinary stops the node's provisioner and starts binary in
+// its place, e.g. upstream external-provisioner, as the process name (its
+// log is <name>-<node>-<start>.log), with the lab's flags every
+// provisioner takes (its driver's socket, its kubeconfig, retry intervals,
+// -v=3), NODE_NAME and NAMESPACE set as for ours, and args; none of
+// NodeLocalProvisionerArgs. It does not wait for readiness (upstream has no
+// /readyz). StopProvisioner stops it; StartProvisioner and
+// NodeLocalLab.SetSelection put ours back.
+func (n *LocalNode) StartProvisionerBinary(name, binary string, args ...string) error {
+	n.StopProvisioner()
+	n.provStarts++
+	p, err := n.nl.startProvisionerFor(fmt.Sprintf("%s-%s-%d", name, n.Name, n.provStarts), binary,
+		n.nl.nodeSocket(n.Name), []string{"NODE_NAME=" + n.Name, "NAMESPACE=" + CapacityNamespace}, args...)
+	if err != nil {
+		return err
+	}
+	n.provisioner = p
+	return nil
+}
+
 func (n *LocalNode) launchProvisioner(extra ...string) error {
 	n.provStarts++
 	args := append(append(append([]string(nil), NodeLocalProvisionerArgs...), "--http-endpoint="+strings.TrimPrefix(n.HTTPURL, "http://")),
@@ -300,6 +321,13 @@ func (n *LocalNode) Provisioner() *controlplane.Process { return n.provisioner }
 func (nl *NodeLocalLab) CreateRequests(ctx context.Context, node string) ([]driver.CreateRecord, error) {
 	var out []driver.CreateRecord
 	return out, nl.nodeAdmin(ctx, node, http.MethodGet, "/requests?method=CreateVolume", nil, &out)
+}
+
+// Calls lists the calls of method ("" for all) the node's driver answered
+// since it (last) started, oldest first.
+func (nl *NodeLocalLab) Calls(ctx context.Context, node, method string) ([]driver.CallRecord, error) {
+	var out []driver.CallRecord
+	return out, nl.nodeAdmin(ctx, node, http.MethodGet, "/requests?method="+url.QueryEscape(method), nil, &out)
 }
 
 // AllCreateRequests returns every node's CreateRequests, by node.
