@@ -3,12 +3,14 @@ package e2enode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -220,6 +222,8 @@ func stripNodeLabels(t *testing.T, ctx context.Context, ns string, got map[strin
 // label (as today's build and upstream leave them) get their node's label
 // from csi-node-router once the instances restart with selection by label;
 // their volumes are then deleted on their node, and new claims provision.
+// TestUpgradeFromUpstreamNodeDeployment does the same from upstream's
+// node deployment.
 func TestUpgradeToLabelSelection(t *testing.T) {
 	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	if err := nl.SetSelection(ctx, false); err != nil {
@@ -237,6 +241,14 @@ func TestUpgradeToLabelSelection(t *testing.T) {
 	if err := nl.SetSelection(ctx, true); err != nil {
 		t.Fatal(err)
 	}
+	checkUpgradedToLabels(t, ctx, ns, []string{"old-imm-00", "old-imm-01", "old-imm-02"}, []string{"old-wffc-00", "old-wffc-01"})
+}
+
+// waitRouterLabelled waits until every bound claim of ns and its PV carry
+// the label of the claim's selected node (csi-node-router labels what was
+// made before the label existed) and returns them.
+func waitRouterLabelled(t *testing.T, ctx context.Context, ns string) map[string]bound {
+	t.Helper()
 	var after map[string]bound
 	var missing []string
 	if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
@@ -255,18 +267,61 @@ func TestUpgradeToLabelSelection(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("claims and PVs from before the upgrade not labelled with their node: %v: %v", err, missing)
 	}
+	return after
+}
+
+// checkUpgradedToLabels checks a node deployment just switched to selection
+// by label (the instances and csi-node-router running) over claims of ns
+// made before without the label: they and their PVs get their node's
+// label, each instance's caches become its node's selection, deleting the
+// old claims imm (no pod) and wffc (their pods deleted first, at once)
+// deletes their volumes on their node, and new claims provision, labelled.
+// It returns the old claims as they were once labelled.
+func checkUpgradedToLabels(t *testing.T, ctx context.Context, ns string, imm, wffc []string) map[string]bound {
+	t.Helper()
+	after := waitRouterLabelled(t, ctx, ns)
 	checkLabelled(t, after)
 	waitCachesScoped(t, ctx)
-	// The old volumes are deleted on their node; new claims provision.
-	deleteClaimsAndWait(t, ctx, ns, after, []string{"old-imm-00", "old-imm-01", "old-imm-02"})
-	for _, name := range []string{"old-wffc-00", "old-wffc-01"} {
+	deleteClaimsAndWait(t, ctx, ns, after, imm)
+	for _, name := range wffc {
 		if err := client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	deleteClaimsAndWait(t, ctx, ns, after, []string{"old-wffc-00", "old-wffc-01"})
+	deleteClaimsAndWait(t, ctx, ns, after, wffc)
+	checkDeletedOnNode(t, ctx, after, append(append([]string(nil), imm...), wffc...))
 	fresh := append(newWFFCClaims(t, ctx, ns, "new-wffc", 4), newImmediateClaims(t, ctx, ns, "new-imm", 4)...)
 	checkLabelled(t, waitAllBound(t, ctx, ns, fresh))
+	return after
+}
+
+// checkDeletedOnNode fails the test unless the driver of each named claim's
+// node (its PV's) answered a DeleteVolume of the claim's volume with OK.
+// (Volume IDs are per driver, so another node's DeleteVolume of the same
+// ID may be of another volume: only the owner's calls are checked.)
+func checkDeletedOnNode(t *testing.T, ctx context.Context, got map[string]bound, names []string) {
+	t.Helper()
+	calls := map[string][]driver.CallRecord{}
+	for _, node := range nl.Names {
+		recs, err := nl.Calls(ctx, node, "DeleteVolume")
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls[node] = recs
+	}
+	for _, name := range names {
+		b := got[name]
+		node, err := pvNode(b.pv)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if !slices.ContainsFunc(calls[node], func(r driver.CallRecord) bool {
+			return r.VolumeID == b.pv.Spec.CSI.VolumeHandle && r.Code == "OK"
+		}) {
+			t.Errorf("claim %s: the driver of %s answered no DeleteVolume of its volume %s with OK", name, node, b.pv.Spec.CSI.VolumeHandle)
+		}
+	}
 }
 
 // csi-node-router killed with SIGKILL right after a burst of claims: the

@@ -1,0 +1,189 @@
+package e2enode
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+)
+
+// upstreamNodeArgs are the flags of upstream external-provisioner's
+// instance on each node, all upstream's own: node deployment with
+// Immediate claims raced for (its default) with the short race delays ours
+// run with here, and capacity tracking polled every 3 s, as a node-local
+// driver's DaemonSet runs it. The lab runs processes, not pods, so the
+// capacity objects have no owner (-1): upstream's default, the DaemonSet,
+// needs POD_NAME naming a pod of it.
+var upstreamNodeArgs = []string{
+	"--node-deployment", "--node-deployment-immediate-binding=true",
+	"--node-deployment-base-delay=200ms", "--node-deployment-max-delay=2s",
+	"--enable-capacity", "--capacity-poll-interval=3s", "--capacity-ownerref-level=-1",
+}
+
+// pvFinalizer is the deletion-protection finalizer upstream's library puts
+// on the PVs it creates.
+const pvFinalizer = "external-provisioner.volume.kubernetes.io/finalizer"
+
+// Upgrade from upstream external-provisioner's node deployment: upstream's
+// csi-provisioner (controlplane.UpstreamProvisionerVersion, built from its
+// module) runs on every node with --node-deployment and provisions
+// WaitForFirstConsumer and Immediate claims, leaving them and their PVs
+// without the node label; then upstream stops and ours start with
+// selection by label beside csi-node-router. The router labels upstream's
+// claims and PVs with their node, each instance's caches hold only its
+// node's, deleting upstream's claims deletes their volumes on their node
+// (the PVs' finalizer removed), no volume of upstream's is created again,
+// new claims provision, and each node's capacity object is ours again.
+func TestUpgradeFromUpstreamNodeDeployment(t *testing.T) {
+	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
+	runUpstreamNodeDeployment(t, ctx)
+	old := append(newWFFCClaims(t, ctx, ns, "up-wffc", 6), newImmediateClaims(t, ctx, ns, "up-imm", 6)...)
+	before := waitAllBound(t, ctx, ns, old)
+	checkMadeByUpstream(t, ctx, before)
+
+	for _, name := range nl.Names {
+		nl.Node(name).StopProvisioner()
+	}
+	if err := nl.SetSelection(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	after := checkUpgradedToLabels(t, ctx, ns, []string{"up-imm-00", "up-imm-01", "up-imm-02"}, []string{"up-wffc-00", "up-wffc-01"})
+	calls := callsByVolume(t, ctx)
+	for name, b := range after {
+		if n := len(calls[lab.VolumeName(b.claim)][pvNodeOrErr(b.pv)]); n != 1 {
+			t.Errorf("claim %s provisioned by upstream: %d CreateVolume calls after the upgrade, want still 1", name, n)
+		}
+	}
+	checkCapacityOwnedByNodes(t, ctx)
+}
+
+// runUpstreamNodeDeployment replaces the lab's node deployment with
+// upstream's: csi-node-router and every node's instance of ours stop, and
+// upstream's csi-provisioner starts on every node with upstreamNodeArgs
+// against the node's driver, under the lab's ServiceAccount
+// csi-node-provisioner (deploy/'s node-deployment rules, which cover
+// upstream's needs); it returns once each serves its metrics. The test's
+// cleanup puts the package's own setup back.
+func runUpstreamNodeDeployment(t *testing.T, ctx context.Context) {
+	t.Helper()
+	up, err := controlplane.BuildUpstream(ctx, nl.Cluster.RepoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := nl.SetSelection(context.WithoutCancel(ctx), labelSelection()); err != nil {
+			t.Error(err)
+		}
+	})
+	nl.StopRouter()
+	for _, name := range nl.Names {
+		n := nl.Node(name)
+		args := append([]string{"--http-endpoint=" + strings.TrimPrefix(n.HTTPURL, "http://")}, upstreamNodeArgs...)
+		if err := n.StartProvisionerBinary("upstream-csi-provisioner", up.Provisioner, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range nl.Names {
+		n := nl.Node(name)
+		if err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+			if p := n.Provisioner(); p.Exited() {
+				return false, fmt.Errorf("upstream csi-provisioner of %s exited: %v; the end of %s:\n%s", name, p.Wait(), p.LogPath(), p.LogTail(10))
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.HTTPURL+"/metrics", nil)
+			if err != nil {
+				return false, err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false, nil
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkMadeByUpstream fails the test unless upstream, not ours, made the
+// claims' volumes: upstream's running instances counted them in their
+// controller_persistentvolumeclaim_provision_total, neither a claim nor
+// its PV has the node label (ours write it in either selection mode), the
+// PV has upstream's finalizer, and the claim's volume was created exactly
+// once, in the driver of its PV's node.
+func checkMadeByUpstream(t *testing.T, ctx context.Context, got map[string]bound) {
+	t.Helper()
+	provisioned := 0.0
+	for _, name := range nl.Names {
+		m, err := lab.Scrape(ctx, nl.Node(name).HTTPURL+"/metrics")
+		if err != nil {
+			t.Fatalf("metrics of upstream's instance on %s: %v", name, err)
+		}
+		provisioned += lab.MetricValue(m, "controller_persistentvolumeclaim_provision_total", nil)
+	}
+	if int(provisioned) != len(got) {
+		t.Errorf("upstream's instances provisioned %v claims, want %d", provisioned, len(got))
+	}
+	calls := callsByVolume(t, ctx)
+	for name, b := range got {
+		if v, ok := b.claim.Labels[nodelabel.Key]; ok {
+			t.Errorf("claim %s provisioned by upstream has the label %s=%q", name, nodelabel.Key, v)
+		}
+		if v, ok := b.pv.Labels[nodelabel.Key]; ok {
+			t.Errorf("PV %s provisioned by upstream has the label %s=%q", b.pv.Name, nodelabel.Key, v)
+		}
+		if !slices.Contains(b.pv.Finalizers, pvFinalizer) {
+			t.Errorf("PV %s provisioned by upstream: finalizers %v, want %s", b.pv.Name, b.pv.Finalizers, pvFinalizer)
+		}
+		node, err := pvNode(b.pv)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		byNode := calls[lab.VolumeName(b.claim)]
+		total := 0
+		for _, recs := range byNode {
+			total += len(recs)
+		}
+		if total != 1 || len(byNode[node]) != 1 {
+			t.Errorf("claim %s (PV on %s): CreateVolume calls by node %v, want one, on %s", name, node, byNode, node)
+		}
+	}
+}
+
+// checkCapacityOwnedByNodes waits until every node has exactly one
+// capacity object of classWFFC, with the node's capacity and owned by the
+// node's Node, as ours publish them: ours took over what upstream's
+// instances published.
+func checkCapacityOwnedByNodes(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var diff []string
+	err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
+		caps, err := nl.PublishedCapacity(ctx, classWFFC)
+		if err != nil {
+			return false, nil
+		}
+		diff = diff[:0]
+		for _, node := range nl.Names {
+			if len(caps[node]) != 1 {
+				diff = append(diff, fmt.Sprintf("%s has %d objects", node, len(caps[node])))
+				continue
+			}
+			c := caps[node][0]
+			owners := c.OwnerReferences
+			if len(owners) != 1 || owners[0].Kind != "Node" || owners[0].Name != node {
+				diff = append(diff, fmt.Sprintf("%s: %s owned by %v", node, c.Name, owners))
+			}
+		}
+		return len(diff) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("capacity objects of %s after the upgrade: %v: %s", classWFFC, err, strings.Join(diff, "; "))
+	}
+}
