@@ -161,7 +161,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		}
 	}
 	if cfg.Metrics != nil {
-		registerCacheMetrics(cfg.Metrics, inf.claims, inf.volumes)
+		if err := registerCacheMetrics(cfg.Metrics, inf.claims, inf.volumes); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := inf.claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
 		return nil, fmt.Errorf("watching claims: %w", err)

@@ -79,8 +79,15 @@ func TestBenchSmoke(t *testing.T) {
 	if node.Startup <= 0 || node.RSSSynced <= 0 || node.PeakRSS < node.RSSSynced {
 		t.Errorf("node: start-up %v s, RSS at sync %v MB, peak RSS %v MB", node.Startup, node.RSSSynced, node.PeakRSS)
 	}
+	// Watching everything (the default selection), the instance receives
+	// every change of the other nodes' 20 claims and 20 PVs.
+	if node.OtherNodeChanges != 40 || node.OtherNodeEvents < 40 {
+		t.Errorf("node: %d changes of other nodes' claims and PVs, %v watch events received for them; want 40 and at least 40",
+			node.OtherNodeChanges, node.OtherNodeEvents)
+	}
 	table := report.Markdown()
 	for _, want := range []string{"A′ backlog", "Delete:", "Node deployment", "with 20 claims of other nodes", "| 3 | ours |",
+		"watch events from other nodes",
 		"Scheduler work per pod", "| 3 | plugin / stock |"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -252,6 +253,8 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 	n := e.opts.Claims
 	r := e.newResult("node", ours, rep)
 	r.BackgroundClaims = e.opts.BackgroundClaims
+	// The instance's extra flags (e.g. the selection), in the tables.
+	r.Deployment = strings.Join(e.opts.NodeArgs, " ")
 	nl, err := e.prepareNode(ctx)
 	if err != nil {
 		return r, err
@@ -272,6 +275,13 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 	}
 	binary := e.provisionerBinary(ours)
 	args := append([]string{"--csi-address=unix://" + nl.socket, "--kubeconfig=" + nl.kubeconfig}, commonArgs...)
+	endpoint := prof.endpoint()
+	if endpoint == "" {
+		if endpoint, err = lab.FreeAddr(); err != nil {
+			return r, err
+		}
+		pargs = []string{"--http-endpoint=" + endpoint}
+	}
 	args = append(append(append(append(args, nodeArgs...), e.opts.NodeArgs...), pargs...), e.opts.ProvisionerArgs...)
 	router, skip, err := e.startRouter(ours, false)
 	if err != nil || skip != "" {
@@ -299,6 +309,9 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 	e.finishCreate(ctx, &r, o, l, start, created)
 	prof.heap(ctx)
 	e.checkNodeVolumes(ctx, &r, o, nl, ns)
+	if r.OtherNodeChanges, r.OtherNodeEvents, err = e.otherNodeEvents(ctx, "http://"+endpoint+"/metrics", ns); err != nil {
+		r.Failures = append(r.Failures, err.Error())
+	}
 	if err := e.cleanUp(ctx, ns, o, l); err != nil {
 		return r, err
 	}

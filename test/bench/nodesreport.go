@@ -73,3 +73,29 @@ func nodesTable(groups []*group) string {
 	}
 	return b.String()
 }
+
+// nodeMemoryTable is the node scenario's memory and what the instance
+// received of other nodes' changes (nodechurn.go), per size.
+func nodeMemoryTable(groups []*group) string {
+	var b strings.Builder
+	for _, g := range groups {
+		if g.scenario != "node" {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\n### Node deployment: memory, and watch events from other nodes (medians)\n\n")
+			b.WriteString("RSS from /proc/<pid>/status (anonymous: heap and stacks; file: the binary's pages) at the end of the run; " +
+				"changes are annotation patches on claims and PVs of other nodes once the run's claims were Bound; events " +
+				"are those the instance's claim and PV informers received for them (csi_topology_provisioner_cache_events_total).\n\n")
+			b.WriteString("| nodes | provisioner | background claims | RSS at sync MB | peak RSS MB | anon / file MB at end | " +
+				"other nodes' changes | watch events received for them |\n|---|---|---|---|---|---|---|---|\n")
+		}
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s / %s | %s | %s |\n", g.nodes, g.contender+suffix(g.deployment),
+			g.runs[0].BackgroundClaims, num(g.median(func(r Result) float64 { return r.RSSSynced })),
+			num(g.median(func(r Result) float64 { return r.PeakRSS })), num(g.median(func(r Result) float64 { return r.RSSAnon })),
+			num(g.median(func(r Result) float64 { return r.RSSFile })),
+			num(g.median(func(r Result) float64 { return float64(r.OtherNodeChanges) })),
+			num(g.median(func(r Result) float64 { return r.OtherNodeEvents })))
+	}
+	return b.String()
+}

@@ -46,6 +46,15 @@ func (e *env) startProfiler(ctx context.Context, name string, seconds int) (*pro
 	return p, []string{"--http-endpoint=" + addr, "--enable-pprof"}, nil
 }
 
+// endpoint is the provisioner's --http-endpoint the profiler set, "" for
+// none.
+func (p *profiler) endpoint() string {
+	if p == nil {
+		return ""
+	}
+	return p.addr
+}
+
 // heap saves the heap profile and waits for the CPU profile.
 func (p *profiler) heap(ctx context.Context) {
 	if p == nil {

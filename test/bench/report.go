@@ -141,6 +141,7 @@ func (r *Report) Markdown() string {
 		}
 	}
 	b.WriteString(schedulerTable(groups))
+	b.WriteString(nodeMemoryTable(groups))
 	b.WriteString("\n### API requests per volume by verb and resource (medians)\n\n| scenario | nodes | provisioner | requests |\n|---|---|---|---|\n")
 	for _, g := range groups {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", g.scenario+suffix(g.scheduler)+suffix(g.deployment), g.nodes, g.contender, g.requests())

@@ -77,6 +77,11 @@ type Result struct {
 	// earlier rep created them).
 	BackgroundClaims int     `json:"backgroundClaims,omitempty"`
 	BackgroundSetup  float64 `json:"backgroundSetupS,omitempty"`
+	// OtherNodeChanges (node) are the background claims and PVs changed
+	// once the run's claims were Bound, OtherNodeEvents the watch events
+	// of claims and PVs the instance received for them (nodechurn.go).
+	OtherNodeChanges int     `json:"otherNodeChanges,omitempty"`
+	OtherNodeEvents  float64 `json:"otherNodeEvents"`
 	// Instances (nodes) is the number of provisioner processes of the
 	// nodes scenario's node deployment, Deployment what ran: "node ×N"
 	// and the instances' extra flags, or "central ×1" for the reference.
