@@ -274,14 +274,17 @@ func (e *env) runRounds(ctx context.Context, contenders []string, report *Report
 		}
 	}
 	// node runs after every rep of the others: its background claims stay
-	// in the cluster, and the others would run with them. Ours only.
+	// in the cluster, and the others would run with them. The contenders
+	// take turns on one background.
 	if e.opts.has("node") {
 		for rep := 1; rep <= e.opts.Reps; rep++ {
-			r, err := e.runNode(ctx, rep)
-			if err != nil {
-				return fmt.Errorf("node, rep %d: %w", rep, err)
+			for _, c := range contenders {
+				r, err := e.runNode(ctx, c, rep)
+				if err != nil {
+					return fmt.Errorf("node, %s, rep %d: %w", c, rep, err)
+				}
+				record(r)
 			}
-			record(r)
 		}
 	}
 	return nil

@@ -246,15 +246,17 @@ func backgroundPV(c *v1.PersistentVolumeClaim, node string) *v1.PersistentVolume
 	}
 }
 
-// runNode is the node scenario with our provisioner: the instance starts on
-// the cluster with its background, then N claims selected for its node are
-// created at once.
-func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
+// runNode is the node scenario with contender's provisioner: the instance
+// starts on the cluster with its background, then N claims selected for
+// its node are created at once.
+func (e *env) runNode(ctx context.Context, contender string, rep int) (Result, error) {
 	n := e.opts.Claims
-	r := e.newResult("node", ours, rep)
+	r := e.newResult("node", contender, rep)
 	r.BackgroundClaims = e.opts.BackgroundClaims
-	// The instance's extra flags (e.g. the selection), in the tables.
-	r.Deployment = strings.Join(e.opts.NodeArgs, " ")
+	if contender == ours {
+		// The instance's extra flags (e.g. the selection), in the tables.
+		r.Deployment = strings.Join(e.opts.NodeArgs, " ")
+	}
 	nl, err := e.prepareNode(ctx)
 	if err != nil {
 		return r, err
@@ -269,21 +271,16 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 		return r, err
 	}
 	defer o.Stop()
-	prof, pargs, err := e.startProfiler(ctx, fmt.Sprintf("node-rep%d", rep), 20)
+	prof, pargs, err := e.startProfiler(ctx, fmt.Sprintf("node-%s-rep%d", contender, rep), 20)
 	if err != nil {
 		return r, err
 	}
-	binary := e.provisionerBinary(ours)
-	args := append([]string{"--csi-address=unix://" + nl.socket, "--kubeconfig=" + nl.kubeconfig}, commonArgs...)
-	endpoint := prof.endpoint()
-	if endpoint == "" {
-		if endpoint, err = lab.FreeAddr(); err != nil {
-			return r, err
-		}
-		pargs = []string{"--http-endpoint=" + endpoint}
+	binary := e.provisionerBinary(contender)
+	args, env, endpoint, err := e.nodeInstanceArgs(nl, contender, pargs, prof.endpoint())
+	if err != nil {
+		return r, err
 	}
-	args = append(append(append(append(args, nodeArgs...), e.opts.NodeArgs...), pargs...), e.opts.ProvisionerArgs...)
-	router, skip, err := e.startRouter(ours, false)
+	router, skip, err := e.startRouter(contender, false)
 	if err != nil || skip != "" {
 		return r, errors.Join(err, errorIf(skip))
 	}
@@ -291,8 +288,8 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 		defer router.Stop(15 * time.Second)
 	}
 	e.runs++
-	l, err := e.launchWith(ctx, ours, binary, o, func() (*controlplane.Process, error) {
-		return e.cluster.StartProcess(fmt.Sprintf("csi-provisioner-node-%d", e.runs), binary, args, []string{"NODE_NAME=" + nl.node})
+	l, err := e.launchWith(ctx, contender, binary, o, func() (*controlplane.Process, error) {
+		return e.cluster.StartProcess(fmt.Sprintf("csi-provisioner-node-%d", e.runs), binary, args, env)
 	})
 	if err != nil {
 		return r, err
@@ -309,8 +306,11 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 	e.finishCreate(ctx, &r, o, l, start, created)
 	prof.heap(ctx)
 	e.checkNodeVolumes(ctx, &r, o, nl, ns)
-	if r.OtherNodeChanges, r.OtherNodeEvents, err = e.otherNodeEvents(ctx, "http://"+endpoint+"/metrics", ns); err != nil {
-		r.Failures = append(r.Failures, err.Error())
+	// Upstream has no metric of its informers' events.
+	if contender == ours {
+		if r.OtherNodeChanges, r.OtherNodeEvents, err = e.otherNodeEvents(ctx, "http://"+endpoint+"/metrics", ns); err != nil {
+			r.Failures = append(r.Failures, err.Error())
+		}
 	}
 	if err := e.cleanUp(ctx, ns, o, l); err != nil {
 		return r, err
@@ -319,10 +319,32 @@ func (e *env) runNode(ctx context.Context, rep int) (Result, error) {
 	if err := nl.volumes(ctx, &vols); err != nil || len(vols) != 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("after the run's claims were deleted: %d volumes left on the node (%v)", len(vols), err))
 	}
-	prefix := fmt.Sprintf("node-%dnodes-rep%d-", e.size, rep)
+	prefix := fmt.Sprintf("node-%dnodes-%s-rep%d-", e.size, contender, rep)
 	e.keep(ctx, l.proc.LogPath(), prefix+"csi-provisioner.log")
 	e.keep(ctx, e.cluster.AuditLog, prefix+"audit.log")
 	return r, nil
+}
+
+// nodeInstanceArgs returns the flags and environment of the node
+// scenario's instance: the DaemonSet's flags (upstream's spelling for
+// theirs) with an HTTP endpoint (the profiler's, or a free one) and the
+// endpoint.
+func (e *env) nodeInstanceArgs(nl *nodeLocal, contender string, pargs []string, endpoint string) (args, env []string, _ string, err error) {
+	args = append([]string{"--csi-address=unix://" + nl.socket, "--kubeconfig=" + nl.kubeconfig}, commonArgs...)
+	env = []string{"NODE_NAME=" + nl.node}
+	if endpoint == "" {
+		if endpoint, err = lab.FreeAddr(); err != nil {
+			return nil, nil, "", err
+		}
+		pargs = []string{"--http-endpoint=" + endpoint}
+	}
+	if contender == theirs {
+		args = append(args, upstreamNodeArgs...)
+		env = append(env, "NAMESPACE="+lab.CapacityNamespace)
+	} else {
+		args = append(append(args, nodeArgs...), e.opts.NodeArgs...)
+	}
+	return append(append(args, pargs...), e.opts.ProvisionerArgs...), env, endpoint, nil
 }
 
 // keep copies a file of the cluster (which goes with it) into the output

@@ -90,7 +90,11 @@ func nodeMemoryTable(groups []*group) string {
 			b.WriteString("| nodes | provisioner | background claims | RSS at sync MB | peak RSS MB | anon / file MB at end | " +
 				"other nodes' changes | watch events received for them |\n|---|---|---|---|---|---|---|---|\n")
 		}
-		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s / %s | %s | %s |\n", g.nodes, g.contender+suffix(g.deployment),
+		name := g.contender
+		if g.deployment != "" {
+			name += " (" + g.deployment + ")"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s / %s | %s | %s |\n", g.nodes, name,
 			g.runs[0].BackgroundClaims, num(g.median(func(r Result) float64 { return r.RSSSynced })),
 			num(g.median(func(r Result) float64 { return r.PeakRSS })), num(g.median(func(r Result) float64 { return r.RSSAnon })),
 			num(g.median(func(r Result) float64 { return r.RSSFile })),
