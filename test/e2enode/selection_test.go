@@ -168,7 +168,8 @@ func deleteClaimsAndWait(t *testing.T, ctx context.Context, ns string, got map[s
 // (it writes the selected-node annotation), claims placed by the lab's
 // scheduler, and Immediate claims the instances race for are all Bound on
 // their node, exactly once, labelled with it; each instance holds only its
-// node's claims and PVs; deleted claims' volumes are deleted on their node.
+// node's claims and PVs and receives no event when other nodes' change;
+// deleted claims' volumes are deleted on their node.
 func TestSelectionByLabel(t *testing.T) {
 	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	withLabelSelection(t, ctx)
@@ -197,6 +198,7 @@ func TestSelectionByLabel(t *testing.T) {
 		}
 	}
 	waitCachesScoped(t, ctx)
+	checkNoOtherNodeEvents(t, ctx, ns, target, got, manual)
 	deleteClaimsAndWait(t, ctx, ns, got, imm)
 }
 
