@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"time"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
 )
 
 // provisionerUser is the user csi-provisioner runs as in the lab (its
@@ -31,23 +30,6 @@ rules:
 - level: None
 `
 
-// auditEvent is the part of an audit.k8s.io/v1 Event the benchmark reads.
-type auditEvent struct {
-	AuditID string `json:"auditID"`
-	Verb    string `json:"verb"`
-	User    struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef *struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-	} `json:"objectRef"`
-	RequestReceived time.Time `json:"requestReceivedTimestamp"`
-	ResponseStatus  *struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-}
-
 // request is one API request of the provisioner.
 type request struct {
 	at time.Time
@@ -60,24 +42,11 @@ type request struct {
 // readAudit returns the provisioner's requests in the audit log, once each,
 // in the order received.
 func readAudit(path string) ([]request, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	seen := map[string]bool{}
 	var out []request
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var e auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+	err := controlplane.ReadAuditLog(path, func(e controlplane.AuditEvent) {
+		if e.User.Username != provisionerUser && e.User.Username != nodeProvisionerUser {
+			return
 		}
-		if (e.User.Username != provisionerUser && e.User.Username != nodeProvisionerUser) || seen[e.AuditID] {
-			continue
-		}
-		seen[e.AuditID] = true
 		key := e.Verb + " (non-resource)"
 		if e.ObjectRef != nil {
 			key = e.Verb + " " + e.ObjectRef.Resource
@@ -89,9 +58,9 @@ func readAudit(path string) ([]request, error) {
 			key += fmt.Sprintf(" (%d)", e.ResponseStatus.Code)
 		}
 		out = append(out, request{at: e.RequestReceived, key: key})
-	}
+	})
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
-	return out, sc.Err()
+	return out, err
 }
 
 // countRequests counts the requests received in [from, to) by key.

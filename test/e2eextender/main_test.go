@@ -90,15 +90,6 @@ func startExtender(ctx context.Context) error {
 	// Ready when its plain-HTTP /healthz answers (the informers have synced
 	// before it listens).
 	return env.Cluster.WaitFor(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+healthAddr+"/healthz", nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
+		return lab.HTTPStatus(ctx, "http://"+healthAddr+"/healthz") == http.StatusOK, nil
 	})
 }

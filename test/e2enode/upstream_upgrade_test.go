@@ -95,16 +95,7 @@ func runUpstreamNodeDeployment(t *testing.T, ctx context.Context) {
 			if p := n.Provisioner(); p.Exited() {
 				return false, fmt.Errorf("upstream csi-provisioner of %s exited: %v; the end of %s:\n%s", name, p.Wait(), p.LogPath(), p.LogTail(10))
 			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.HTTPURL+"/metrics", nil)
-			if err != nil {
-				return false, err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return false, nil
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK, nil
+			return lab.HTTPStatus(ctx, n.HTTPURL+"/metrics") == http.StatusOK, nil
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,13 +1,12 @@
 package manifests
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
 )
 
 // routerUser is the user csi-node-router runs as: the ServiceAccount the
@@ -26,26 +25,6 @@ rules:
 - level: None
 `
 
-// auditEvent is the part of an audit.k8s.io/v1 Event the test reads.
-type auditEvent struct {
-	AuditID string `json:"auditID"`
-	Verb    string `json:"verb"`
-	User    struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	RequestURI string `json:"requestURI"`
-	ObjectRef  *struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		APIGroup    string `json:"apiGroup"`
-	} `json:"objectRef"`
-	RequestReceived time.Time `json:"requestReceivedTimestamp"`
-	ResponseStatus  *struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-}
-
 // auditedGrants reads the requests of user received at or after since in
 // the audit log at path, once each, and returns the grants they need, in
 // the terms of effectiveGrants: a request in one of the fixed namespaces
@@ -54,27 +33,14 @@ type auditEvent struct {
 // needs it cluster-wide. refused lists the requests the API server
 // refused as forbidden; nonResource the requests of non-resource URLs.
 func auditedGrants(path, user string, since time.Time, fixed ...string) (used grants, refused, nonResource []string, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer f.Close()
 	used = grants{}
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var e auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, nil, nil, fmt.Errorf("%s: %w", path, err)
+	err = controlplane.ReadAuditLog(path, func(e controlplane.AuditEvent) {
+		if e.User.Username != user || e.RequestReceived.Before(since) {
+			return
 		}
-		if e.User.Username != user || e.RequestReceived.Before(since) || seen[e.AuditID] {
-			continue
-		}
-		seen[e.AuditID] = true
 		if e.ObjectRef == nil {
 			nonResource = append(nonResource, e.Verb+" "+e.RequestURI)
-			continue
+			return
 		}
 		res := e.ObjectRef.Resource
 		if e.ObjectRef.Subresource != "" {
@@ -91,8 +57,11 @@ func auditedGrants(path, user string, since time.Time, fixed ...string) (used gr
 		if e.ResponseStatus != nil && e.ResponseStatus.Code == 403 {
 			refused = append(refused, fmt.Sprintf("%s %s (namespace %q)", e.Verb, res, e.ObjectRef.Namespace))
 		}
+	})
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return used, refused, nonResource, sc.Err()
+	return used, refused, nonResource, nil
 }
 
 // grantLines lists grants one "scope resource verb" a line, for messages.
