@@ -24,7 +24,8 @@ import (
 // resource's events in the order of their writes, so once the instance
 // counted the sentinels' events it has received every event of the
 // background's changes it was ever going to; the count beyond the
-// sentinels is what it received of other nodes.
+// sentinels is what it received of other nodes. An instance that receives
+// the others' events too is done once all of them have arrived.
 const (
 	churnClaims = 1000
 	// churnAnnotation is the annotation the changes set.
@@ -56,21 +57,29 @@ func (e *env) otherNodeEvents(ctx context.Context, metricsURL, ns string) (chang
 	if _, err := e.churn(ctx, sentinels.Items); err != nil {
 		return changed, 0, err
 	}
-	var after map[string]float64
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	// Done when every change has arrived (an instance that watches every
+	// claim and PV), or when only the sentinels' have and that holds for
+	// a scrape (the sentinels come last in their watches: nothing of the
+	// others is still to come).
+	var after, last map[string]float64
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		m, err := lab.Scrape(ctx, metricsURL)
 		if err != nil {
 			return false, nil
 		}
-		after = map[string]float64{}
+		last, after = after, map[string]float64{}
 		for _, res := range []string{"claims", "volumes"} {
 			after[res] = lab.MetricValue(m, cacheEvents, map[string]string{"resource": res}) -
 				lab.MetricValue(before, cacheEvents, map[string]string{"resource": res})
 		}
-		return after["claims"] >= 1 && after["volumes"] >= 1, nil
+		if after["claims"] < 1 || after["volumes"] < 1 {
+			return false, nil
+		}
+		onlySentinels := after["claims"] == 1 && after["volumes"] == 1 && last != nil && last["claims"] == 1 && last["volumes"] == 1
+		return onlySentinels || after["claims"]+after["volumes"] >= float64(changed+2), nil
 	})
 	if err != nil {
-		return changed, 0, fmt.Errorf("the instance never received the changes of its own claim and PV (%s): %w", cacheEvents, err)
+		return changed, 0, fmt.Errorf("the instance never received the changes of its own claim and PV (%s, received %v): %w", cacheEvents, after, err)
 	}
 	return changed, after["claims"] + after["volumes"] - 2, nil
 }
