@@ -64,7 +64,9 @@ func TestAPIAppearsLater(t *testing.T) {
 			a.OnReady(func() { called.Add(1) })
 			done := make(chan struct{})
 			go func() { a.Run(ctx); close(done) }()
-			waitFor(t, ctx, func() bool { return f.probes.Load() == 1 })
+			// The probe counts itself when it starts; the state follows
+			// once it returned.
+			waitFor(t, ctx, func() bool { return f.probes.Load() == 1 && a.State() == tc.want })
 			if got := a.State(); got != tc.want || a.Ready() {
 				t.Fatalf("state %v (ready %v) after a failed probe, want %v", got, a.Ready(), tc.want)
 			}
