@@ -3,6 +3,8 @@ package e2enode
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -17,11 +19,14 @@ import (
 // with selection by label, replace upstream on half the nodes, one node
 // after the other, while upstream still runs on the other half. Meanwhile
 // new WaitForFirstConsumer claims (their pods on every node) and Immediate
-// claims are each Bound exactly once, on the node of their PV, and
-// labelled with it, whichever build provisioned them; old claims deleted on
-// either half have their volumes deleted on their node. Once ours run
-// everywhere, every remaining claim and PV is labelled, each instance's
-// caches are its node's, and all remaining claims are deleted on their node.
+// claims are each Bound to one volume, created on the node of their PV,
+// and labelled with it, whichever build provisioned them (ours call
+// CreateVolume once; upstream's may ask again for the same volume when the
+// router labels the claim meanwhile: see checkCreatedOnceOnNode); old
+// claims deleted on either half have their volumes deleted on their node.
+// Once ours run everywhere, every remaining claim and PV is labelled, each
+// instance's caches are its node's, each node's capacity object is ours,
+// and all remaining claims are deleted on their node.
 func TestMixedRolloutFromUpstream(t *testing.T) {
 	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
 	runUpstreamNodeDeployment(t, ctx)
@@ -37,12 +42,13 @@ func TestMixedRolloutFromUpstream(t *testing.T) {
 	rollOutOurs(t, ctx, ours)
 
 	// Mid-rollout: upstream on theirs, ours on ours.
-	fresh := append(newWFFCClaimsOn(t, ctx, ns, "mixed-wffc", nl.Names), newImmediateClaims(t, ctx, ns, "mixed-imm", 6)...)
-	waitAllBound(t, ctx, ns, fresh)
+	fresh := append(newWFFCClaimsOn(t, ctx, ns, "mixed-wffc", nl.Names), newImmediateClaims(t, ctx, ns, "mixed-imm", 10)...)
+	logRaceWinners(t, waitAllBound(t, ctx, ns, fresh), "mixed-imm", theirs)
 	mixed := waitRouterLabelled(t, ctx, ns)
 	checkLabelled(t, mixed)
 	checkPodsNodes(t, ctx, ns, mixed, "mixed-wffc", nl.Names)
-	checkCreatedOnceOnNode(t, ctx, mixed, append(append([]string(nil), old...), fresh...))
+	repeatOK := onNodes(mixed, fresh, theirs)
+	checkCreatedOnceOnNode(t, ctx, mixed, append(append([]string(nil), old...), fresh...), repeatOK)
 	// Old claims of both halves: pinned WFFC ones and the first Immediate
 	// ones (wherever their race put them).
 	gone := []string{"up-wffc-00", "up-wffc-01", fmt.Sprintf("up-wffc-%02d", half), fmt.Sprintf("up-wffc-%02d", half+1)}
@@ -63,10 +69,28 @@ func TestMixedRolloutFromUpstream(t *testing.T) {
 	if want := len(old) + len(fresh) - len(gone); len(rest) != want {
 		t.Errorf("%d claims Bound after the rollout, want %d", len(rest), want)
 	}
-	checkCreatedOnceOnNode(t, ctx, after, rest)
+	checkCreatedOnceOnNode(t, ctx, after, rest, repeatOK)
 	deletePodsNow(t, ctx, ns, rest)
 	deleteClaimsAndWait(t, ctx, ns, after, rest)
 	checkDeletedOnNode(t, ctx, after, rest)
+}
+
+// logRaceWinners logs how many of the Immediate claims named <prefix>-*
+// upstream's instances (on theirs) won, and how many ours did.
+func logRaceWinners(t *testing.T, got map[string]bound, prefix string, theirs []string) {
+	t.Helper()
+	up, ours := 0, 0
+	for name, b := range got {
+		if !strings.HasPrefix(name, prefix+"-") {
+			continue
+		}
+		if slices.Contains(theirs, pvNodeOrErr(b.pv)) {
+			up++
+		} else {
+			ours++
+		}
+	}
+	t.Logf("Immediate claims %s-*: %d provisioned by upstream's instances, %d by ours", prefix, up, ours)
 }
 
 // rollOutOurs replaces upstream's csi-provisioner by ours with selection by
@@ -116,8 +140,11 @@ func checkPodsNodes(t *testing.T, ctx context.Context, ns string, got map[string
 
 // checkCreatedOnceOnNode fails the test unless the volume of each named
 // claim was created exactly once over all nodes' drivers, by the driver of
-// its PV's node.
-func checkCreatedOnceOnNode(t *testing.T, ctx context.Context, got map[string]bound, names []string) {
+// its PV's node; for the claims of repeatOK (upstream's instance provisioned
+// them while csi-node-router labelled the claim), several calls are
+// accepted if all are on that node and answered OK with the PV's volume:
+// one volume, asked for again by name.
+func checkCreatedOnceOnNode(t *testing.T, ctx context.Context, got map[string]bound, names []string, repeatOK map[string]bool) {
 	t.Helper()
 	calls := callsByVolume(t, ctx)
 	for _, name := range names {
@@ -128,14 +155,34 @@ func checkCreatedOnceOnNode(t *testing.T, ctx context.Context, got map[string]bo
 		}
 		node := pvNodeOrErr(b.pv)
 		byNode := calls[lab.VolumeName(b.claim)]
-		total := 0
-		for _, recs := range byNode {
+		var seen []string
+		total, same := 0, true
+		for n, recs := range byNode {
 			total += len(recs)
+			for _, r := range recs {
+				seen = append(seen, fmt.Sprintf("%s#%d %s %s", n, r.Seq, r.Code, r.Result))
+				same = same && n == node && r.Code == "OK" && r.Result == b.pv.Spec.CSI.VolumeHandle
+			}
 		}
-		if total != 1 || len(byNode[node]) != 1 {
-			t.Errorf("claim %s (PV on %s): CreateVolume calls by node %v, want one, on %s", name, node, byNode, node)
+		if total == 1 && len(byNode[node]) == 1 || repeatOK[name] && total > 1 && same {
+			if total > 1 {
+				t.Logf("claim %s: upstream's instance on %s asked again for its volume: %v", name, node, seen)
+			}
+			continue
+		}
+		t.Errorf("claim %s (PV on %s, volume %s): CreateVolume calls %v, want one, on %s", name, node, b.pv.Spec.CSI.VolumeHandle, seen, node)
+	}
+}
+
+// onNodes returns the named claims of got whose PV is on one of nodes.
+func onNodes(got map[string]bound, names, nodes []string) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range names {
+		if b, ok := got[name]; ok && slices.Contains(nodes, pvNodeOrErr(b.pv)) {
+			out[name] = true
 		}
 	}
+	return out
 }
 
 // deletePodsNow deletes the pods of ns named as the claims (those of

@@ -267,7 +267,7 @@ func waitRouterLabelled(t *testing.T, ctx context.Context, ns string) map[string
 		}
 		return len(missing) == 0, nil
 	}); err != nil {
-		t.Fatalf("claims and PVs from before the upgrade not labelled with their node: %v: %v", err, missing)
+		t.Fatalf("bound claims and PVs of %s not labelled with their node: %v: %v", ns, err, missing)
 	}
 	return after
 }
