@@ -46,7 +46,7 @@ func TestMixedRolloutFromUpstream(t *testing.T) {
 	logRaceWinners(t, waitAllBound(t, ctx, ns, fresh), "mixed-imm", theirs)
 	mixed := waitRouterLabelled(t, ctx, ns)
 	checkLabelled(t, mixed)
-	checkPodsNodes(t, ctx, ns, mixed, "mixed-wffc", nl.Names)
+	checkPodsNodes(t, mixed, "mixed-wffc", nl.Names)
 	repeatOK := onNodes(mixed, fresh, theirs)
 	checkCreatedOnceOnNode(t, ctx, mixed, append(append([]string(nil), old...), fresh...), repeatOK)
 	// Old claims of both halves: pinned WFFC ones and the first Immediate
@@ -123,7 +123,7 @@ func newWFFCClaimsOn(t *testing.T, ctx context.Context, ns, prefix string, nodes
 
 // checkPodsNodes fails the test unless each claim <prefix>-<index> made by
 // newWFFCClaimsOn over nodes is Bound on the node its pod must run on.
-func checkPodsNodes(t *testing.T, ctx context.Context, ns string, got map[string]bound, prefix string, nodes []string) {
+func checkPodsNodes(t *testing.T, got map[string]bound, prefix string, nodes []string) {
 	t.Helper()
 	for i, node := range nodes {
 		name := fmt.Sprintf("%s-%02d", prefix, i)
