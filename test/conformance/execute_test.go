@@ -28,6 +28,14 @@ func (r *run) execute(ctx context.Context) (map[string]string, error) {
 		if err := r.staticPV(ctx); err != nil {
 			return nil, err
 		}
+		// The PV controller must hold the static PV before the claim
+		// exists: a claim it syncs first finds no volume and is left to
+		// dynamic provisioning, which would make it a second one. It marks
+		// a PV reserved for a claim Available once it synced it.
+		r.waitFor(ctx, "the PV controller to sync the static PV", func(ctx context.Context) (bool, error) {
+			pv, err := env.client.CoreV1().PersistentVolumes().Get(ctx, r.ns+"-static", metav1.GetOptions{})
+			return err == nil && pv.Status.Phase == v1.VolumeAvailable, err
+		})
 	}
 	pvc, err := env.client.CoreV1().PersistentVolumeClaims(r.ns).Create(ctx, r.claim(), metav1.CreateOptions{})
 	if err != nil {
