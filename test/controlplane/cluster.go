@@ -155,11 +155,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	start := time.Now()
-	ports, err := freePorts(6)
+	ports, err := freePorts(3)
 	if err != nil {
 		return c, err
 	}
-	etcdClient, etcdPeer, apiPort, kcmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 	token, err := c.startAPIServer(opts, bins, etcdClient, etcdPeer, apiPort)
 	if err != nil {
 		return c, err
@@ -169,7 +169,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.waitHealthy(sctx, c.server+"/readyz", token); err != nil {
 		return c, fmt.Errorf("kube-apiserver not ready: %w", err)
 	}
-	if err := c.startControllers(sctx, opts, bins, kcmPort, schedPort); err != nil {
+	// The controllers' ports are picked just before they listen, not
+	// before the API server's start-up: in those seconds another test
+	// package's process could take a port picked free.
+	ctlPorts, err := freePorts(2)
+	if err != nil {
+		return c, err
+	}
+	if err := c.startControllers(sctx, opts, bins, ctlPorts[0], ctlPorts[1]); err != nil {
 		return c, err
 	}
 	logger.Info("Control plane ready", "dir", dir, "server", c.server, "startup", time.Since(start).Round(time.Millisecond))
