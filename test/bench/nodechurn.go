@@ -3,8 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -88,35 +87,16 @@ func (e *env) otherNodeEvents(ctx context.Context, metricsURL, ns string) (chang
 // time, and returns how many objects it changed.
 func (e *env) churn(ctx context.Context, claims []v1.PersistentVolumeClaim) (int, error) {
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, churnAnnotation, time.Now().Format(time.RFC3339Nano))
-	var (
-		mu      sync.Mutex
-		changed int
-		errs    []string
-		wg      sync.WaitGroup
-	)
-	work := make(chan v1.PersistentVolumeClaim)
-	for range 8 {
-		wg.Go(func() {
-			for c := range work {
-				n, err := e.churnOne(ctx, c, patch)
-				mu.Lock()
-				changed += n
-				if err != nil && len(errs) < 3 {
-					errs = append(errs, err.Error())
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	for _, c := range claims {
-		work <- c
-	}
-	close(work)
-	wg.Wait()
-	if len(errs) > 0 {
-		return changed, fmt.Errorf("changing claims and PVs: %s", strings.Join(errs, "; "))
-	}
-	return changed, nil
+	var changed atomic.Int64
+	err := parallel(ctx, len(claims), 8, func(ctx context.Context, i int) error {
+		n, err := e.churnOne(ctx, claims[i], patch)
+		changed.Add(int64(n))
+		if err != nil {
+			return fmt.Errorf("changing claims and PVs: %w", err)
+		}
+		return nil
+	})
+	return int(changed.Load()), err
 }
 
 // churnOne patches one claim and its PV, the claim first.
