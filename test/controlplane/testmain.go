@@ -61,6 +61,13 @@ func RunTestMain(m *testing.M, opts Options, setup func(context.Context, *Cluste
 // plane's scheduler, configured by schedulerConfig (see
 // Options.SchedulerConfig).
 func RunTestMainWithOurScheduler(m *testing.M, schedulerConfig string, setup func(context.Context, *Cluster) error) int {
+	return RunTestMainWithOurSchedulerOptions(m, Options{SchedulerConfig: schedulerConfig}, setup)
+}
+
+// RunTestMainWithOurSchedulerOptions is RunTestMainWithOurScheduler with
+// the plane's other options too (e.g. more Controllers); it sets
+// opts.SchedulerBinary.
+func RunTestMainWithOurSchedulerOptions(m *testing.M, opts Options, setup func(context.Context, *Cluster) error) int {
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	root, err := RepoRoot()
 	if err != nil {
@@ -77,8 +84,6 @@ func RunTestMainWithOurScheduler(m *testing.M, schedulerConfig string, setup fun
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return RunTestMain(m, Options{
-		SchedulerBinary: filepath.Join(binDir, "csi-topology-scheduler"),
-		SchedulerConfig: schedulerConfig,
-	}, setup)
+	opts.SchedulerBinary = filepath.Join(binDir, "csi-topology-scheduler")
+	return RunTestMain(m, opts, setup)
 }

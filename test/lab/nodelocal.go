@@ -241,10 +241,18 @@ func (n *LocalNode) StartProvisioner(ctx context.Context, extra ...string) error
 // /readyz). StopProvisioner stops it; StartProvisioner and
 // NodeLocalLab.SetSelection put ours back.
 func (n *LocalNode) StartProvisionerBinary(name, binary string, args ...string) error {
+	return n.StartProvisionerBinaryEnv(name, binary, nil, args...)
+}
+
+// StartProvisionerBinaryEnv is StartProvisionerBinary with env
+// ("NAME=value") added to the process's environment after NODE_NAME and
+// NAMESPACE, e.g. POD_NAME naming a pod for upstream's
+// --capacity-ownerref-level.
+func (n *LocalNode) StartProvisionerBinaryEnv(name, binary string, env []string, args ...string) error {
 	n.StopProvisioner()
 	n.provStarts++
 	p, err := n.nl.startProvisionerFor(fmt.Sprintf("%s-%s-%d", name, n.Name, n.provStarts), binary,
-		n.nl.nodeSocket(n.Name), []string{"NODE_NAME=" + n.Name, "NAMESPACE=" + CapacityNamespace}, args...)
+		n.nl.nodeSocket(n.Name), append([]string{"NODE_NAME=" + n.Name, "NAMESPACE=" + CapacityNamespace}, env...), args...)
 	if err != nil {
 		return err
 	}
