@@ -73,6 +73,9 @@ func nodeProvisionerGrants(capacityNamespace string) grants {
 	g.add("", "volumesnapshotcontents.snapshot.storage.k8s.io", "list", "watch")
 	g.add("", "volumeattributesclasses.storage.k8s.io", "list", "watch")
 	g.add(capacityNamespace, "csistoragecapacities.storage.k8s.io", "get", "list", "watch", "create", "update", "delete")
+	// The pod's own, for --capacity-ownerref-level=1, upstream's default:
+	// upstream's image swapped back in exits at start without it.
+	g.add(capacityNamespace, "pods", "get")
 	return g
 }
 
