@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -68,7 +69,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestMainWithOurScheduler(m, schedulerConfig, func(ctx context.Context, c *controlplane.Cluster) error {
+	// The DaemonSet controller creates the pods of the DaemonSet upstream's
+	// node deployment runs in (runUpstreamNodeDeployment).
+	opts := controlplane.Options{SchedulerConfig: schedulerConfig,
+		Controllers: slices.Concat(controlplane.DefaultControllers, []string{"daemonset-controller"})}
+	os.Exit(controlplane.RunTestMainWithOurSchedulerOptions(m, opts, func(ctx context.Context, c *controlplane.Cluster) error {
 		client = c.Client
 		var err error
 		if nl, err = lab.SetupNodeLocal(ctx, c, lab.NodeLocalConfig{Nodes: nodes, CapacityBytes: nodeCapacity, TTL: ttl,

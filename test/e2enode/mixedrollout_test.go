@@ -29,7 +29,7 @@ import (
 // and all remaining claims are deleted on their node.
 func TestMixedRolloutFromUpstream(t *testing.T) {
 	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
-	runUpstreamNodeDeployment(t, ctx)
+	runUpstreamNodeDeployment(t, ctx, lab.TestObjectName(t, "upstream-"))
 	old := append(newWFFCClaimsOn(t, ctx, ns, "up-wffc", nl.Names), newImmediateClaims(t, ctx, ns, "up-imm", 6)...)
 	before := waitAllBound(t, ctx, ns, old)
 	checkMadeByUpstream(t, ctx, before)

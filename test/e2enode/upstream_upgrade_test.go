@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
@@ -17,13 +20,13 @@ import (
 // instance on each node, all upstream's own: node deployment with
 // Immediate claims raced for (its default) with the short race delays ours
 // run with here, and capacity tracking polled every 3 s, as a node-local
-// driver's DaemonSet runs it. The lab runs processes, not pods, so the
-// capacity objects have no owner (-1): upstream's default, the DaemonSet,
-// needs POD_NAME naming a pod of it.
+// driver's DaemonSet runs it, with upstream's default
+// --capacity-ownerref-level (1: the capacity objects are owned by the
+// controller of the pod POD_NAME names, the DaemonSet).
 var upstreamNodeArgs = []string{
 	"--node-deployment", "--node-deployment-immediate-binding=true",
 	"--node-deployment-base-delay=200ms", "--node-deployment-max-delay=2s",
-	"--enable-capacity", "--capacity-poll-interval=3s", "--capacity-ownerref-level=-1",
+	"--enable-capacity", "--capacity-poll-interval=3s",
 }
 
 // pvFinalizer is the deletion-protection finalizer upstream's library puts
@@ -39,10 +42,13 @@ const pvFinalizer = "external-provisioner.volume.kubernetes.io/finalizer"
 // claims and PVs with their node, each instance's caches hold only its
 // node's, deleting upstream's claims deletes their volumes on their node
 // (the PVs' finalizer removed), no volume of upstream's is created again,
-// new claims provision, and each node's capacity object is ours again.
+// new claims provision, and ours take over each node's capacity object
+// upstream published, owned by upstream's DaemonSet: the same object, now
+// owned by the node's Node alone, which stays when the DaemonSet is
+// deleted.
 func TestUpgradeFromUpstreamNodeDeployment(t *testing.T) {
 	ctx, ns := lab.NewNamespaceCleanup(t, nl.Cluster, "e2enode-", deleteNamespace(t))
-	runUpstreamNodeDeployment(t, ctx)
+	ds, upstreamCaps := runUpstreamNodeDeployment(t, ctx, lab.TestObjectName(t, "upstream-"))
 	old := append(newWFFCClaims(t, ctx, ns, "up-wffc", 6), newImmediateClaims(t, ctx, ns, "up-imm", 6)...)
 	before := waitAllBound(t, ctx, ns, old)
 	checkMadeByUpstream(t, ctx, before)
@@ -60,17 +66,24 @@ func TestUpgradeFromUpstreamNodeDeployment(t *testing.T) {
 			t.Errorf("claim %s provisioned by upstream: %d CreateVolume calls after the upgrade, want still 1", name, n)
 		}
 	}
-	checkCapacityOwnedByNodes(t, ctx)
+	oursCaps := checkCapacityOwnedByNodes(t, ctx)
+	checkTakenOver(t, upstreamCaps, oursCaps)
+	checkCapacityOutlivesDaemonSet(t, ctx, ds.DaemonSet, oursCaps)
 }
 
 // runUpstreamNodeDeployment replaces the lab's node deployment with
-// upstream's: csi-node-router and every node's instance of ours stop, and
-// upstream's csi-provisioner starts on every node with upstreamNodeArgs
+// upstream's, as if upstream's had run from the start: it creates the
+// DaemonSet dsName (createUpstreamDaemonSet), stops csi-node-router and
+// every node's instance of ours, deletes the capacity objects ours
+// published, and starts upstream's csi-provisioner on every node with
+// upstreamNodeArgs and POD_NAME naming the DaemonSet's pod on the node,
 // against the node's driver, under the lab's ServiceAccount
 // csi-node-provisioner (deploy/'s node-deployment rules, which cover
-// upstream's needs); it returns once each serves its metrics. The test's
-// cleanup puts the package's own setup back.
-func runUpstreamNodeDeployment(t *testing.T, ctx context.Context) {
+// upstream's needs, its owner lookup included). It returns once each
+// serves its metrics and every node has its capacity object, owned by the
+// DaemonSet (checkCapacityOwnedByDaemonSet), with those objects by node.
+// The test's cleanup puts the package's own setup back.
+func runUpstreamNodeDeployment(t *testing.T, ctx context.Context, dsName string) (*upstreamDaemonSet, map[string]storagev1.CSIStorageCapacity) {
 	t.Helper()
 	up, err := controlplane.BuildUpstream(ctx, nl.Cluster.RepoRoot)
 	if err != nil {
@@ -81,11 +94,19 @@ func runUpstreamNodeDeployment(t *testing.T, ctx context.Context) {
 			t.Error(err)
 		}
 	})
+	ds := createUpstreamDaemonSet(t, ctx, dsName)
 	nl.StopRouter()
+	for _, name := range nl.Names {
+		nl.Node(name).StopProvisioner()
+	}
+	if err := client.StorageV1().CSIStorageCapacities(lab.CapacityNamespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: "csi.storage.k8s.io/drivername=" + lab.DriverName}); err != nil {
+		t.Fatalf("deleting the capacity objects of ours: %v", err)
+	}
 	for _, name := range nl.Names {
 		n := nl.Node(name)
 		args := append([]string{"--http-endpoint=" + strings.TrimPrefix(n.HTTPURL, "http://")}, upstreamNodeArgs...)
-		if err := n.StartProvisionerBinary("upstream-csi-provisioner", up.Provisioner, args...); err != nil {
+		if err := n.StartProvisionerBinaryEnv("upstream-csi-provisioner", up.Provisioner, []string{"POD_NAME=" + ds.pods[name]}, args...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,6 +121,7 @@ func runUpstreamNodeDeployment(t *testing.T, ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
+	return ds, checkCapacityOwnedByDaemonSet(t, ctx, ds.DaemonSet)
 }
 
 // checkMadeByUpstream fails the test unless upstream, not ours, made the
@@ -149,27 +171,29 @@ func checkMadeByUpstream(t *testing.T, ctx context.Context, got map[string]bound
 }
 
 // checkCapacityOwnedByNodes waits until every node has exactly one
-// capacity object of classWFFC, with the node's capacity and owned by the
-// node's Node, as ours publish them: ours took over what upstream's
-// instances published.
-func checkCapacityOwnedByNodes(t *testing.T, ctx context.Context) {
+// capacity object of classWFFC, owned by the node's Node alone (no
+// DaemonSet reference left), as ours publish them: ours took over what
+// upstream's instances published. It returns them by node.
+func checkCapacityOwnedByNodes(t *testing.T, ctx context.Context) map[string]storagev1.CSIStorageCapacity {
 	t.Helper()
 	var diff []string
+	var got map[string]storagev1.CSIStorageCapacity
 	err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		caps, err := nl.PublishedCapacity(ctx, classWFFC)
 		if err != nil {
 			return false, nil
 		}
-		diff = diff[:0]
+		diff, got = diff[:0], map[string]storagev1.CSIStorageCapacity{}
 		for _, node := range nl.Names {
 			if len(caps[node]) != 1 {
 				diff = append(diff, fmt.Sprintf("%s has %d objects", node, len(caps[node])))
 				continue
 			}
 			c := caps[node][0]
+			got[node] = c
 			owners := c.OwnerReferences
 			if len(owners) != 1 || owners[0].Kind != "Node" || owners[0].Name != node {
-				diff = append(diff, fmt.Sprintf("%s: %s owned by %v", node, c.Name, owners))
+				diff = append(diff, fmt.Sprintf("%s: %s owned by %s", node, c.Name, ownersString(owners)))
 			}
 		}
 		return len(diff) == 0, nil
@@ -177,4 +201,5 @@ func checkCapacityOwnedByNodes(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Errorf("capacity objects of %s after the upgrade: %v: %s", classWFFC, err, strings.Join(diff, "; "))
 	}
+	return got
 }
