@@ -76,8 +76,9 @@ func TestBenchSmoke(t *testing.T) {
 	if got := node.Requests["create persistentvolumes"]; got != 5 {
 		t.Errorf("node: the audit log has %d PV creates by the instance, want 5 (requests: %v)", got, node.Requests)
 	}
-	if node.Startup <= 0 || node.RSSSynced <= 0 || node.PeakRSS < node.RSSSynced {
-		t.Errorf("node: start-up %v s, RSS at sync %v MB, peak RSS %v MB", node.Startup, node.RSSSynced, node.PeakRSS)
+	if node.Startup <= 0 || node.RSSSynced <= 0 || node.PeakRSS < node.RSSSynced || node.PeakRSSDeleted < node.PeakRSS {
+		t.Errorf("node: start-up %v s, RSS at sync %v MB, peak RSS %v MB, with the deletes %v MB", node.Startup, node.RSSSynced,
+			node.PeakRSS, node.PeakRSSDeleted)
 	}
 	// Watching everything (the default selection), the instance receives
 	// every change of the other nodes' 20 claims and 20 PVs.

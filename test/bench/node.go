@@ -319,6 +319,7 @@ func (e *env) runNode(ctx context.Context, contender string, rep int) (Result, e
 	if err := nl.volumes(ctx, &vols); err != nil || len(vols) != 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("after the run's claims were deleted: %d volumes left on the node (%v)", len(vols), err))
 	}
+	r.PeakRSSDeleted, _ = peakRSSMB(l.proc.Pid())
 	prefix := fmt.Sprintf("node-%dnodes-%s-rep%d-", e.size, contender, rep)
 	e.keep(ctx, l.proc.LogPath(), prefix+"csi-provisioner.log")
 	e.keep(ctx, e.cluster.AuditLog, prefix+"audit.log")

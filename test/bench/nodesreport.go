@@ -84,11 +84,12 @@ func nodeMemoryTable(groups []*group) string {
 		}
 		if b.Len() == 0 {
 			b.WriteString("\n### Node deployment: memory, and watch events from other nodes (medians)\n\n")
-			b.WriteString("RSS from /proc/<pid>/status (anonymous: heap and stacks; file: the binary's pages) at the end of the run; " +
+			b.WriteString("RSS from /proc/<pid>/status (anonymous: heap and stacks; file: the binary's pages); peak RSS is VmHWM once the " +
+				"run's claims were all Bound, and again once they were deleted and their volumes gone; " +
 				"changes are annotation patches on claims and PVs of other nodes once the run's claims were Bound; events " +
 				"are those the instance's claim and PV informers received for them (csi_topology_provisioner_cache_events_total).\n\n")
-			b.WriteString("| nodes | provisioner | background claims | RSS at sync MB | peak RSS MB | anon / file MB at end | " +
-				"other nodes' changes | watch events received for them |\n|---|---|---|---|---|---|---|---|\n")
+			b.WriteString("| nodes | provisioner | background claims | RSS at sync MB | peak RSS MB | anon / file MB at all Bound | " +
+				"peak RSS with the deletes MB | other nodes' changes | watch events received for them |\n|---|---|---|---|---|---|---|---|---|\n")
 		}
 		// Upstream has no metric of its informers' events.
 		changes, events := "–", "–"
@@ -100,10 +101,10 @@ func nodeMemoryTable(groups []*group) string {
 		if g.deployment != "" {
 			name += " (" + g.deployment + ")"
 		}
-		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s / %s | %s | %s |\n", g.nodes, name,
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s / %s | %s | %s | %s |\n", g.nodes, name,
 			g.runs[0].BackgroundClaims, num(g.median(func(r Result) float64 { return r.RSSSynced })),
 			num(g.median(func(r Result) float64 { return r.PeakRSS })), num(g.median(func(r Result) float64 { return r.RSSAnon })),
-			num(g.median(func(r Result) float64 { return r.RSSFile })),
+			num(g.median(func(r Result) float64 { return r.RSSFile })), num(g.median(func(r Result) float64 { return r.PeakRSSDeleted })),
 			changes, events)
 	}
 	return b.String()

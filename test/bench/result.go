@@ -49,6 +49,9 @@ type Result struct {
 	CPUPerVolume       float64 `json:"cpuMsPerVolume"`
 	// PeakRSS is VmHWM at the end of the run, in MB.
 	PeakRSS float64 `json:"peakRssMB,omitempty"`
+	// PeakRSSDeleted is VmHWM once the run's claims were deleted and their
+	// volumes gone (node scenario): the peak over provisioning and deleting.
+	PeakRSSDeleted float64 `json:"peakRssDeletedMB,omitempty"`
 	// RSSSynced is VmRSS when the informers had synced, in MB.
 	RSSSynced float64 `json:"rssSyncedMB,omitempty"`
 	// RSSAnon and RSSFile split the resident memory at the end of the run:
