@@ -138,6 +138,9 @@ func TestNodeDeployment(t *testing.T) {
 			t.Run("provisioner container", func(t *testing.T) {
 				checkNodeProvisionerContainer(t, provisioner)
 			})
+			t.Run("upstream's image swapped back in", func(t *testing.T) {
+				checkUpstreamTakesNodeArgs(t, provisioner)
+			})
 			t.Run("driver beside it", func(t *testing.T) {
 				i := slices.IndexFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == "csi-driver" })
 				if i < 0 {
