@@ -156,35 +156,20 @@ func deleteUpstreamDaemonSet(t *testing.T, ctx context.Context, ds *appsv1.Daemo
 // node.
 func checkCapacityOwnedByDaemonSet(t *testing.T, ctx context.Context, ds *appsv1.DaemonSet) map[string]storagev1.CSIStorageCapacity {
 	t.Helper()
-	var diff []string
-	var got map[string]storagev1.CSIStorageCapacity
-	err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		caps, err := nl.PublishedCapacity(ctx, classWFFC)
-		if err != nil {
-			return false, nil
+	got, err := waitForCapacityPerNode(ctx, func(node string, c storagev1.CSIStorageCapacity) string {
+		if v := c.Labels[labelManagedBy]; v != capacity.ManagedBy(node) {
+			return fmt.Sprintf("%s: %s labelled %s=%q", node, c.Name, labelManagedBy, v)
 		}
-		diff, got = diff[:0], map[string]storagev1.CSIStorageCapacity{}
-		for _, node := range nl.Names {
-			if len(caps[node]) != 1 {
-				diff = append(diff, fmt.Sprintf("%s has %d objects", node, len(caps[node])))
-				continue
-			}
-			c := caps[node][0]
-			got[node] = c
-			if v := c.Labels[labelManagedBy]; v != capacity.ManagedBy(node) {
-				diff = append(diff, fmt.Sprintf("%s: %s labelled %s=%q", node, c.Name, labelManagedBy, v))
-			}
-			owners := c.OwnerReferences
-			if len(owners) != 1 || owners[0].APIVersion != "apps/v1" || owners[0].Kind != "DaemonSet" ||
-				owners[0].Name != ds.Name || owners[0].UID != ds.UID || !ptr.Deref(owners[0].Controller, false) {
-				diff = append(diff, fmt.Sprintf("%s: %s owned by %s", node, c.Name, ownersString(owners)))
-			}
+		owners := c.OwnerReferences
+		if len(owners) != 1 || owners[0].APIVersion != "apps/v1" || owners[0].Kind != "DaemonSet" ||
+			owners[0].Name != ds.Name || owners[0].UID != ds.UID || !ptr.Deref(owners[0].Controller, false) {
+			return fmt.Sprintf("%s: %s owned by %s", node, c.Name, ownersString(owners))
 		}
-		return len(diff) == 0, nil
+		return ""
 	})
 	if err != nil {
-		t.Fatalf("capacity objects of %s published by upstream, want each owned by DaemonSet %s (%s) as its controller: %v: %s",
-			classWFFC, ds.Name, ds.UID, err, strings.Join(diff, "; "))
+		t.Fatalf("capacity objects of %s published by upstream, want each owned by DaemonSet %s (%s) as its controller: %v",
+			classWFFC, ds.Name, ds.UID, err)
 	}
 	return got
 }

@@ -176,6 +176,23 @@ func checkMadeByUpstream(t *testing.T, ctx context.Context, got map[string]bound
 // upstream's instances published. It returns them by node.
 func checkCapacityOwnedByNodes(t *testing.T, ctx context.Context) map[string]storagev1.CSIStorageCapacity {
 	t.Helper()
+	got, err := waitForCapacityPerNode(ctx, func(node string, c storagev1.CSIStorageCapacity) string {
+		if owners := c.OwnerReferences; len(owners) != 1 || owners[0].Kind != "Node" || owners[0].Name != node {
+			return fmt.Sprintf("%s: %s owned by %s", node, c.Name, ownersString(owners))
+		}
+		return ""
+	})
+	if err != nil {
+		t.Errorf("capacity objects of %s after the upgrade: %v", classWFFC, err)
+	}
+	return got
+}
+
+// waitForCapacityPerNode waits until every node of the lab has exactly one
+// capacity object of classWFFC and problem finds nothing wrong with any of
+// them ("" for none). It returns them by node, or an error that names
+// what was still wrong at the timeout.
+func waitForCapacityPerNode(ctx context.Context, problem func(node string, c storagev1.CSIStorageCapacity) string) (map[string]storagev1.CSIStorageCapacity, error) {
 	var diff []string
 	var got map[string]storagev1.CSIStorageCapacity
 	err := nl.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
@@ -189,17 +206,15 @@ func checkCapacityOwnedByNodes(t *testing.T, ctx context.Context) map[string]sto
 				diff = append(diff, fmt.Sprintf("%s has %d objects", node, len(caps[node])))
 				continue
 			}
-			c := caps[node][0]
-			got[node] = c
-			owners := c.OwnerReferences
-			if len(owners) != 1 || owners[0].Kind != "Node" || owners[0].Name != node {
-				diff = append(diff, fmt.Sprintf("%s: %s owned by %s", node, c.Name, ownersString(owners)))
+			got[node] = caps[node][0]
+			if p := problem(node, caps[node][0]); p != "" {
+				diff = append(diff, p)
 			}
 		}
 		return len(diff) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("capacity objects of %s after the upgrade: %v: %s", classWFFC, err, strings.Join(diff, "; "))
+		return got, fmt.Errorf("%w: %s", err, strings.Join(diff, "; "))
 	}
-	return got
+	return got, nil
 }
