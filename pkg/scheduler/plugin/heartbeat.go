@@ -100,6 +100,7 @@ func (p *Plugin) followHeartbeats(ctx context.Context, client kubernetes.Interfa
 	}
 	p.core.SetLiveness(lv)
 	p.waiting = newWaiting()
+	p.leasesSynced = leases.HasSynced
 	if _, err := leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.leaseChanged,
 		UpdateFunc: func(_, obj any) { p.leaseChanged(obj) },

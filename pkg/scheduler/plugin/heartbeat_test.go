@@ -135,9 +135,18 @@ func TestDriverHeartbeat(t *testing.T) {
 		}
 	}
 
+	// The plugin's Lease informer is its own, started in the background
+	// (an optional API), so Filter counts every node as live until it has
+	// synced: filterOnceSynced waits for that first.
+	filterOnceSynced := func(t *testing.T, p *Plugin, ctx context.Context) *fwk.Status {
+		t.Helper()
+		poll(t, ctx, "heartbeat Leases synced", p.leasesSynced)
+		return filter(t, p, ctx)
+	}
+
 	t.Run("activated when the Lease is renewed", func(t *testing.T) {
 		p, h, ctx := start(t, `{"driverName":"`+driver+`"}`)
-		st := filter(t, p, ctx)
+		st := filterOnceSynced(t, p, ctx)
 		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(),
 			"CSIDriverNotLive: CSI driver "+driver+" on node n1 has not renewed its heartbeat for 1m") {
 			t.Fatalf("Filter = %v, want the driver's silence, unresolvable", st)
@@ -162,7 +171,7 @@ func TestDriverHeartbeat(t *testing.T) {
 
 	t.Run("forgotten once bound", func(t *testing.T) {
 		p, h, ctx := start(t, `{"driverName":"`+driver+`"}`)
-		filter(t, p, ctx)
+		filterOnceSynced(t, p, ctx)
 		if n := p.waiting.len(); n != 1 {
 			t.Fatalf("%d pods waiting, want 1", n)
 		}
@@ -183,7 +192,7 @@ func TestDriverHeartbeat(t *testing.T) {
 
 	t.Run("Leases of another namespace not seen", func(t *testing.T) {
 		p, _, ctx := start(t, `{"driverName":"`+driver+`","heartbeatNamespace":"elsewhere"}`)
-		if st := filter(t, p, ctx); !st.IsSuccess() {
+		if st := filterOnceSynced(t, p, ctx); !st.IsSuccess() {
 			t.Errorf("Filter = %v, want success", st)
 		}
 	})

@@ -65,6 +65,9 @@ type Plugin struct {
 	handle fwk.Handle
 	// waiting is nil when the heartbeat is not checked.
 	waiting *waiting
+	// leasesSynced tells whether the heartbeat Leases are known yet; until
+	// then every node counts as live. Nil when the heartbeat is not checked.
+	leasesSynced func() bool
 	// sourceWaiting holds, under node "", the pods rejected because a
 	// snapshot they restore was not known yet.
 	sourceWaiting *waiting
