@@ -63,6 +63,7 @@ func main() {
 		return
 	}
 	logger.Info("Starting csi-provisioner", "version", version)
+	tuneNodeGC(logger, cfg.nodeDeployment, os.Getenv)
 	err = run(ctx, cfg)
 	stop()
 	if err != nil {
