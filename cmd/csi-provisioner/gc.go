@@ -18,12 +18,11 @@ const nodeGCPercent = 50
 // environment has no GOGC, which is the operator's choice and is left
 // alone. GOMEMLIMIT does not change it: the soft limit (which the
 // DaemonSet sets from the container's limit) only makes the collector run
-// more often close to it. It returns the target it set, or 0.
-func tuneNodeGC(logger klog.Logger, nodeDeployment bool, getenv func(string) string) int {
+// more often close to it.
+func tuneNodeGC(logger klog.Logger, nodeDeployment bool, getenv func(string) string) {
 	if !nodeDeployment || getenv("GOGC") != "" {
-		return 0
+		return
 	}
 	debug.SetGCPercent(nodeGCPercent)
 	logger.Info("Garbage collector target of a node's instance; set GOGC to choose another", "gcPercent", nodeGCPercent)
-	return nodeGCPercent
 }
