@@ -54,6 +54,9 @@ type config struct {
 	// $NODE_NAME (the topology comes from the driver at start-up).
 	nodeDeployment bool
 	node           provisioner.NodeDeployment
+	// releasePages is $CSI_PROVISIONER_RELEASE_STARTUP_PAGES, by default
+	// nodeDeployment (releaseStartupPages).
+	releasePages bool
 	// nodeSelection is --node-deployment-selection: "all" or "label"
 	// (node.LabelSelection).
 	nodeSelection string
@@ -161,6 +164,11 @@ func parseArgs(args []string, output io.Writer) (config, *logging.Options, error
 		c.capacityOwnerLevelSet = c.capacityOwnerLevelSet || f.Name == "capacity-ownerref-level"
 	})
 	c.node.LabelSelection = c.nodeSelection == "label"
+	release, err := releaseStartupPages(c.nodeDeployment, os.Getenv)
+	if err != nil {
+		return c, nil, err
+	}
+	c.releasePages = release
 	return c, logOpts, c.validate()
 }
 

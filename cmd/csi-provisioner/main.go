@@ -64,6 +64,9 @@ func main() {
 	}
 	logger.Info("Starting csi-provisioner", "version", version)
 	tuneNodeGC(logger, cfg.nodeDeployment, os.Getenv)
+	if cfg.releasePages {
+		releasePages(logger, "start")
+	}
 	err = run(ctx, cfg)
 	stop()
 	if err != nil {
@@ -160,6 +163,9 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	h.connected(healthSources{driver: monitor.Status, probe: probeFunc(conn), leading: ctrl.Leading})
+	if cfg.releasePages {
+		go releaseWhenLeading(ctx, ctrl.Leading, func() { releasePages(klog.FromContext(ctx), "synced") })
+	}
 	return runUntilFirstError(ctx, ctrl.Run, monitor.Run)
 }
 
