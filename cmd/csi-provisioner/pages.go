@@ -41,12 +41,12 @@ type pageRelease struct {
 }
 
 // releasePages releases the binary's start-up pages and logs what it
-// gave back; phase names the moment ("start", "synced"). A kernel that
-// refuses is said once, at V(2): nothing depends on the release.
+// gave back; phase names the moment ("start", "synced"). A failure is
+// logged and nothing else: nothing depends on the release.
 func releasePages(logger klog.Logger, phase string) {
 	r, err := releaseBinaryPages()
 	if err != nil {
-		logger.V(2).Info("Could not release the binary's start-up pages", "phase", phase, "err", err)
+		logger.Info("Could not release the binary's start-up pages", "phase", phase, "err", err)
 		return
 	}
 	logger.Info("Released the binary's pages that start-up used; those in use come back on first use",
