@@ -11,8 +11,9 @@ import (
 )
 
 // releasePagesEnv turns the release of start-up pages (releaseStartupPages)
-// on ("true") or off ("false") whatever the mode; unset, a --node-deployment
-// instance releases them and a central provisioner does not.
+// on ("true", "1") or off ("false", "0") whatever the mode (strconv.ParseBool);
+// unset, a --node-deployment instance releases them and a central
+// provisioner does not.
 const releasePagesEnv = "CSI_PROVISIONER_RELEASE_STARTUP_PAGES"
 
 // releaseStartupPages says whether this process hands back the pages of its
@@ -35,8 +36,8 @@ func releaseStartupPages(nodeDeployment bool, getenv func(string) string) (bool,
 type pageRelease struct {
 	// Mapped is the size of the binary's read-only mappings advised.
 	Mapped int64
-	// Before and After are the process's resident file pages (RssFile),
-	// in bytes, around the release.
+	// Before and After are the resident bytes of those mappings (Rss in
+	// /proc/self/smaps) around the release.
 	Before, After int64
 }
 

@@ -12,80 +12,142 @@ import (
 )
 
 // releaseBinaryPages hands back the resident pages of the process's own
-// binary: its read-only mappings (code, read-only data, the function
-// tables), never a writable one. Package initialisation alone (client-go
-// registers every API group of its clientset) touches most of the binary,
-// and the kernel maps 64 KiB around each page touched, so a process that
-// starts keeps some 25 MB of its binary resident that it never runs again.
+// binary: its read-only private mappings (code, read-only data, the function
+// tables) that hold no private copy of a page. Package initialisation alone
+// (client-go registers every API group of its clientset) touches most of the
+// binary, and the kernel maps 64 KiB around each page touched, so a process
+// that starts keeps some 25 MB of its binary resident that it never runs
+// again.
 //
 // MADV_PAGEOUT unmaps those pages and drops them from the page cache, where
-// the process may write its binary (it owns it: deploy/ runs node instances
-// as root) and no other process maps them; MADV_DONTNEED then unmaps what it
-// left, which stays in the page cache, the first memory the kernel
-// reclaims. A page used afterwards comes back on first use, from the page
-// cache or the file: the binary is never written, so nothing is lost.
-// MADV_RANDOM last, so that what comes back is what the process uses: about
-// 15 MB of the binary while it provisions rather than 21 MB.
+// the process owns its binary or could open it for writing (deploy/ runs node
+// instances as root, the binary's owner) and no other process maps them;
+// MADV_DONTNEED then unmaps what it left, which stays in the page cache, the
+// first memory the kernel reclaims. A page used afterwards comes back on
+// first use, from the page cache or the file. MADV_DONTNEED would also drop a
+// private copy (a page the dynamic loader relocated in a PIE build, a
+// debugger's breakpoint, a uprobe), which the file cannot give back: a
+// mapping with any (Anonymous in smaps) is left alone. MADV_RANDOM last: a
+// page read back from the file comes alone rather than with the kernel's
+// read-around, so that what comes back is what the process uses, about 15 MB
+// of the binary while it provisions rather than 21 MB.
 func releaseBinaryPages() (pageRelease, error) {
 	var r pageRelease
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return r, err
 	}
-	maps, err := os.ReadFile("/proc/self/maps")
+	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		return r, err
 	}
-	ranges, err := readOnlyMappings(maps, exe)
+	maps, err := binaryMappings(smaps, exe)
 	if err != nil {
 		return r, err
 	}
-	if len(ranges) == 0 {
-		return r, fmt.Errorf("no read-only mapping of %s in /proc/self/maps", exe)
+	if len(maps) == 0 {
+		return r, fmt.Errorf("no read-only mapping of %s without private pages in /proc/self/smaps", exe)
 	}
-	r.Before = residentFile()
-	for _, m := range ranges {
-		size := m[1] - m[0]
+	for _, m := range maps {
+		r.Before += m.rss
+		size := m.end - m.start
 		// EINVAL before Linux 5.4: MADV_DONTNEED alone then.
-		_ = madvise(m[0], size, unix.MADV_PAGEOUT)
-		if err := madvise(m[0], size, unix.MADV_DONTNEED); err != nil {
-			return r, fmt.Errorf("madvise(MADV_DONTNEED) on %s at %#x: %w", exe, m[0], err)
+		_ = madvise(m.start, size, unix.MADV_PAGEOUT)
+		if err := madvise(m.start, size, unix.MADV_DONTNEED); err != nil {
+			return r, fmt.Errorf("madvise(MADV_DONTNEED) on %s at %#x: %w", exe, m.start, err)
 		}
-		// What comes back from the file is then read page by page, not
-		// with the read-around meant for a sequential reader: the
-		// neighbours of a page the process runs are seldom run, and the
-		// kernel maps cached neighbours along with a page.
-		_ = madvise(m[0], size, unix.MADV_RANDOM)
+		_ = madvise(m.start, size, unix.MADV_RANDOM)
 		r.Mapped += int64(size)
 	}
-	r.After = residentFile()
-	return r, nil
+	if smaps, err = os.ReadFile("/proc/self/smaps"); err != nil {
+		return r, err
+	}
+	after, err := binaryMappings(smaps, exe)
+	for _, m := range after {
+		r.After += m.rss
+	}
+	return r, err
 }
 
-// readOnlyMappings returns the [start, end) of the mappings of file exe
-// in maps (the format of /proc/<pid>/maps) that are neither writable nor
-// shared. A binary replaced on disk shows as "<path> (deleted)".
-func readOnlyMappings(maps []byte, exe string) ([][2]uintptr, error) {
-	var out [][2]uintptr
-	sc := bufio.NewScanner(bytes.NewReader(maps))
+// mapping is one mapping of the binary in /proc/self/smaps: [start, end)
+// and its resident and private (Anonymous) bytes.
+type mapping struct {
+	start, end     uintptr
+	rss, anonymous int64
+}
+
+// binaryMappings returns the mappings of file exe in smaps (the format of
+// /proc/<pid>/smaps) that are neither writable nor shared and hold no
+// private copy of a page. readlink(/proc/self/exe) and the mappings both
+// end in " (deleted)" once the binary is replaced on disk; the second form
+// is accepted for a replacement between the two reads.
+func binaryMappings(smaps []byte, exe string) ([]mapping, error) {
+	var (
+		out []mapping
+		cur *mapping
+	)
+	sc := bufio.NewScanner(bytes.NewReader(smaps))
 	for sc.Scan() {
-		// address perms offset dev inode path
-		f := strings.Fields(sc.Text())
-		if len(f) < 6 || len(f[1]) != 4 || f[1][1] == 'w' || f[1][3] != 'p' {
+		line := sc.Text()
+		if name, value, ok := strings.Cut(line, ":"); ok && !strings.Contains(name, " ") {
+			// "Rss:    1234 kB", one of the fields of the mapping above.
+			if cur != nil && (name == "Rss" || name == "Anonymous") {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("/proc/self/smaps: %q: %w", line, err)
+				}
+				if name == "Rss" {
+					cur.rss = kb << 10
+				} else {
+					cur.anonymous = kb << 10
+				}
+			}
 			continue
 		}
-		if path := strings.Join(f[5:], " "); path != exe && path != exe+" (deleted)" {
-			continue
+		// address perms offset dev inode path: a new mapping.
+		if cur != nil && cur.anonymous == 0 {
+			out = append(out, *cur)
 		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if !ok || err1 != nil || err2 != nil || end <= start {
-			return nil, fmt.Errorf("/proc/self/maps: bad address range %q", f[0])
+		cur = nil
+		m, path, perms, err := mappingHeader(line)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, [2]uintptr{uintptr(start), uintptr(end)})
+		if perms[1] != 'w' && perms[3] == 'p' && (path == exe || path == exe+" (deleted)") {
+			cur = &m
+		}
+	}
+	if cur != nil && cur.anonymous == 0 {
+		out = append(out, *cur)
 	}
 	return out, sc.Err()
+}
+
+// mappingHeader parses the first line of a mapping in /proc/<pid>/smaps:
+// its address range, its path (the rest of the line after the inode, "" for
+// anonymous memory) and its permissions ("r-xp").
+func mappingHeader(line string) (mapping, string, string, error) {
+	f := strings.Fields(line)
+	if len(f) < 5 || len(f[1]) != 4 {
+		return mapping{}, "", "", fmt.Errorf("/proc/self/smaps: unexpected line %q", line)
+	}
+	lo, hi, ok := strings.Cut(f[0], "-")
+	start, err1 := strconv.ParseUint(lo, 16, 64)
+	end, err2 := strconv.ParseUint(hi, 16, 64)
+	if !ok || err1 != nil || err2 != nil || end <= start {
+		return mapping{}, "", "", fmt.Errorf("/proc/self/smaps: bad address range %q", f[0])
+	}
+	// The path starts after the inode field and may hold spaces.
+	rest := line
+	for range 5 {
+		rest = strings.TrimLeft(rest, " ")
+		if i := strings.IndexByte(rest, ' '); i >= 0 {
+			rest = rest[i:]
+		} else {
+			rest = ""
+		}
+	}
+	return mapping{start: uintptr(start), end: uintptr(end)}, strings.TrimLeft(rest, " "), f[1], nil
 }
 
 // madvise advises the kernel on [addr, addr+size) of this process's own
@@ -96,23 +158,4 @@ func madvise(addr, size uintptr, advice int) error {
 		return errno
 	}
 	return nil
-}
-
-// residentFile is the process's resident file-backed memory (RssFile in
-// /proc/self/status) in bytes, 0 if unknown.
-func residentFile() int64 {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return 0
-			}
-			return kb << 10
-		}
-	}
-	return 0
 }
