@@ -82,43 +82,41 @@ type mapping struct {
 // end in " (deleted)" once the binary is replaced on disk; the second form
 // is accepted for a replacement between the two reads.
 func binaryMappings(smaps []byte, exe string) ([]mapping, error) {
-	var (
-		out []mapping
-		cur *mapping
-	)
+	var found []mapping
+	cur := -1 // index in found of the mapping whose fields follow, if it is the binary's
 	sc := bufio.NewScanner(bytes.NewReader(smaps))
 	for sc.Scan() {
 		line := sc.Text()
 		if name, value, ok := strings.Cut(line, ":"); ok && !strings.Contains(name, " ") {
 			// "Rss:    1234 kB", one of the fields of the mapping above.
-			if cur != nil && (name == "Rss" || name == "Anonymous") {
+			if cur >= 0 && (name == "Rss" || name == "Anonymous") {
 				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
 				if err != nil {
 					return nil, fmt.Errorf("/proc/self/smaps: %q: %w", line, err)
 				}
 				if name == "Rss" {
-					cur.rss = kb << 10
+					found[cur].rss = kb << 10
 				} else {
-					cur.anonymous = kb << 10
+					found[cur].anonymous = kb << 10
 				}
 			}
 			continue
 		}
 		// address perms offset dev inode path: a new mapping.
-		if cur != nil && cur.anonymous == 0 {
-			out = append(out, *cur)
-		}
-		cur = nil
+		cur = -1
 		m, path, perms, err := mappingHeader(line)
 		if err != nil {
 			return nil, err
 		}
 		if perms[1] != 'w' && perms[3] == 'p' && (path == exe || path == exe+" (deleted)") {
-			cur = &m
+			found, cur = append(found, m), len(found)
 		}
 	}
-	if cur != nil && cur.anonymous == 0 {
-		out = append(out, *cur)
+	out := found[:0]
+	for _, m := range found {
+		if m.anonymous == 0 {
+			out = append(out, m)
+		}
 	}
 	return out, sc.Err()
 }
