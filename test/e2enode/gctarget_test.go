@@ -4,7 +4,10 @@ import (
 	"context"
 	"os"
 	"runtime/debug"
+	"strings"
 	"testing"
+
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -28,10 +31,23 @@ func TestNodeInstanceGCTarget(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(m["go_gc_gogc_percent"]) != 1 {
-			t.Fatalf("%s's instance exports %d samples of go_gc_gogc_percent, want 1", node, len(m["go_gc_gogc_percent"]))
+			t.Fatalf("%s's instance exports %d samples of go_gc_gogc_percent, want 1 (%d metric families scraped, %d of them go_*; its log: %s)",
+				node, len(m["go_gc_gogc_percent"]), len(m), goFamilies(m), nl.Node(node).Provisioner().LogPath())
 		}
 		if got := lab.MetricValue(m, "go_gc_gogc_percent", nil); got != want {
 			t.Errorf("%s's instance: go_gc_gogc_percent %v, want %v", node, got, want)
 		}
 	}
+}
+
+// goFamilies counts the go_* metric families of m, to tell a scrape of
+// another process (none) from one whose Go collector lacks the metric.
+func goFamilies(m testutil.Metrics) int {
+	n := 0
+	for name := range m {
+		if strings.HasPrefix(name, "go_") {
+			n++
+		}
+	}
+	return n
 }

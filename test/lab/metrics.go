@@ -24,6 +24,9 @@ func Scrape(ctx context.Context, url string) (testutil.Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s: %s: %.300s", url, resp.Status, body)
+	}
 	m := testutil.NewMetrics()
 	if err := testutil.ParseMetrics(string(body), &m); err != nil {
 		return nil, fmt.Errorf("parsing %s: %w", url, err)
