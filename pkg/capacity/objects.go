@@ -114,17 +114,19 @@ type objectRefresh struct {
 // GetCapacity is answered by that one (its figure counts the asker's
 // volume): a burst of N provisions in one segment costs about two
 // GetCapacity calls and writes per object, not N, which matters under the
-// capacity client's rate limit. The object last written is kept, so an
-// update does not start from an informer copy that has not seen our own
-// last write yet.
-func (p *Publisher) syncOne(ctx context.Context, seg topology.Segment, class *storagev1.StorageClass, cur *storagev1.CSIStorageCapacity) (*storagev1.CSIStorageCapacity, error) {
+// capacity client's rate limit. asked is the ask number taken when the
+// refresh of the whole segment was asked for (newAsk), not when this object's
+// turn came: a refresh that waited on the segment's first object is still
+// answered by a write of its second object that another refresh began
+// meanwhile. The object last written is kept, so an update does not start
+// from an informer copy that has not seen our own last write yet.
+func (p *Publisher) syncOne(ctx context.Context, seg topology.Segment, class *storagev1.StorageClass, cur *storagev1.CSIStorageCapacity, asked uint64) (*storagev1.CSIStorageCapacity, error) {
 	params, err := p.cfg.DriverParameters(class.Parameters)
 	if err != nil {
 		return nil, fmt.Errorf("class %s: %w", class.Name, err)
 	}
 	csc := p.client.StorageV1().CSIStorageCapacities(p.cfg.Namespace)
 	name := capacityName(p.cfg.DriverName, seg.String(), class.Name)
-	asked := p.asks.Add(1)
 	v, _ := p.objects.LoadOrStore(name, &objectRefresh{})
 	st := v.(*objectRefresh)
 	st.mu.Lock()
@@ -135,7 +137,7 @@ func (p *Publisher) syncOne(ctx context.Context, seg topology.Segment, class *st
 	if st.written != nil && (cur == nil || cur.Name == st.written.Name && cur.ResourceVersion != st.written.ResourceVersion) {
 		cur = st.written
 	}
-	st.started = p.asks.Add(1)
+	st.started = p.newAsk()
 	written, err := p.write(ctx, csc, name, seg, class, params, cur)
 	if err == nil && written != nil {
 		st.written = written

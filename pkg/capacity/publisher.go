@@ -114,9 +114,10 @@ func (p *Publisher) TouchAll() {
 // binds. It returns, for the objects of class it refreshed, "namespace/name"
 // → resourceVersion after the refresh (for topology.AnnCapacityVersions).
 func (p *Publisher) Refresh(ctx context.Context, topologies []*csi.Topology, class string) (map[string]string, error) {
+	asked := p.newAsk() // the volume exists: any GetCapacity from now on counts it
 	versions := map[string]string{}
 	for _, t := range topologies {
-		objs, err := p.sync(ctx, topology.Segment(t.GetSegments()).String())
+		objs, err := p.sync(ctx, topology.Segment(t.GetSegments()).String(), asked)
 		for _, o := range objs {
 			if o.StorageClassName == class {
 				versions[o.Namespace+"/"+o.Name] = o.ResourceVersion
@@ -165,12 +166,16 @@ type capacityKey struct{ segment, class string }
 // Sync brings the objects in line with the known segments and classes; with
 // only set, it refreshes that segment's objects only (and deletes nothing).
 func (p *Publisher) Sync(ctx context.Context, only string) error {
-	_, err := p.sync(ctx, only)
+	_, err := p.sync(ctx, only, p.newAsk())
 	return err
 }
 
-// sync is Sync that also returns the objects as they are after it.
-func (p *Publisher) sync(ctx context.Context, only string) ([]*storagev1.CSIStorageCapacity, error) {
+// newAsk numbers a refresh as it is asked for (see syncOne).
+func (p *Publisher) newAsk() uint64 { return p.asks.Add(1) }
+
+// sync is Sync that also returns the objects as they are after it; asked
+// is the refresh's number (newAsk).
+func (p *Publisher) sync(ctx context.Context, only string, asked uint64) ([]*storagev1.CSIStorageCapacity, error) {
 	desired := map[capacityKey]struct {
 		seg   topology.Segment
 		class *storagev1.StorageClass
@@ -208,7 +213,7 @@ func (p *Publisher) sync(ctx context.Context, only string) ([]*storagev1.CSIStor
 	out := make([]*storagev1.CSIStorageCapacity, 0, len(keys))
 	for _, k := range keys {
 		d := desired[k]
-		obj, err := p.syncOne(ctx, d.seg, d.class, have[k])
+		obj, err := p.syncOne(ctx, d.seg, d.class, have[k], asked)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}

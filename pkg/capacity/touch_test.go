@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -102,5 +103,89 @@ func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"z1", "z1"}, counting.take()); diff != "" {
 		t.Errorf("GetCapacity calls after two touches of z1 (-want +got):\n%s", diff)
+	}
+}
+
+// gatedCapacity holds every GetCapacity call until the test releases it,
+// and tells the test which class (its "class" parameter) each call is for.
+type gatedCapacity struct {
+	Client
+	calls   chan string
+	release chan struct{}
+}
+
+func (g *gatedCapacity) GetCapacity(ctx context.Context, in *csi.GetCapacityRequest, opts ...grpc.CallOption) (*csi.GetCapacityResponse, error) {
+	g.calls <- in.GetParameters()["class"]
+	<-g.release
+	return g.Client.GetCapacity(ctx, in, opts...)
+}
+
+// A refresh asked for while another wrote the segment's first object is
+// answered, for its second object, by a write another refresh began after
+// it was asked for: it does not wait its turn there to write again. Two
+// refreshes of a segment with two classes: the first one's writes of both
+// objects and the second's of the first object (whose GetCapacity came
+// before it was asked) make three GetCapacity calls, not four.
+func TestCapacityRefreshSharesLaterObjects(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	_, csiClient := startMock(t, ctx)
+	gated := &gatedCapacity{Client: csiClient, calls: make(chan string), release: make(chan struct{})}
+	pe := newPublisherEnv(t, Config{}, gated, makeClass("a").withParams("class", "a").StorageClass,
+		makeClass("b").withParams("class", "b").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	pe.start(ctx, t)
+	next := func() string {
+		t.Helper()
+		select {
+		case c := <-gated.calls:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("no GetCapacity call")
+			return ""
+		}
+	}
+	var wg sync.WaitGroup
+	refresh := func() {
+		wg.Go(func() {
+			if _, err := pe.p.Refresh(ctx, zoneTopo("z1"), "a"); err != nil {
+				t.Errorf("Refresh: %v", err)
+			}
+		})
+	}
+	refresh()
+	if got := next(); got != "a" {
+		t.Fatalf("the first refresh's first GetCapacity is for class %q, want a", got)
+	}
+	// The second refresh is asked for while the first one's GetCapacity of
+	// a runs (before it, the first had the last ask number).
+	asked := pe.p.asks.Load()
+	refresh()
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return pe.p.asks.Load() > asked, nil
+	}); err != nil {
+		t.Fatal("the second refresh did not start")
+	}
+	gated.release <- struct{}{}
+	// Now the first refreshes b while the second refreshes a.
+	got := []string{next(), next()}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	gated.release <- struct{}{}
+	gated.release <- struct{}{}
+	for {
+		select {
+		case c := <-gated.calls:
+			got = append(got, c)
+			gated.release <- struct{}{}
+			continue
+		case <-done:
+		}
+		break
+	}
+	sort.Strings(got)
+	if diff := cmp.Diff([]string{"a", "b"}, got); diff != "" {
+		t.Errorf("GetCapacity calls after the first one (-want +got):\n%s", diff)
 	}
 }
