@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakewatch"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -190,6 +191,9 @@ type publisherEnv struct {
 	factory informers.SharedInformerFactory
 	index   *topology.Index
 	synced  []cache.InformerSynced
+	// watching waits for the watches of classes and capacity objects,
+	// which the tests (and Sync) delete.
+	watching func()
 }
 
 func newPublisherEnv(t *testing.T, cfg Config, csiClient Client, objs ...runtime.Object) publisherEnv {
@@ -202,6 +206,7 @@ func newPublisherEnv(t *testing.T, cfg Config, csiClient Client, objs ...runtime
 		cfg.PollInterval = time.Hour
 	}
 	client := fake.NewClientset(objs...)
+	watching := fakewatch.Opened(t, &client.Fake, "storageclasses", "csistoragecapacities")
 	factory := informers.NewSharedInformerFactory(client, 0)
 	index := topology.NewIndex(testDriver)
 	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
@@ -210,11 +215,12 @@ func newPublisherEnv(t *testing.T, cfg Config, csiClient Client, objs ...runtime
 	}
 	p := NewPublisher(cfg, client, csiClient, index,
 		factory.Storage().V1().StorageClasses().Lister(), factory.Storage().V1().CSIStorageCapacities().Lister())
-	return publisherEnv{p: p, client: client, factory: factory, index: index, synced: synced}
+	return publisherEnv{p: p, client: client, factory: factory, index: index, synced: synced, watching: watching}
 }
 
-// start starts the informers, waits for their caches and the index, and
-// returns a context that ends with the test.
+// start starts the informers, waits for their caches, the index and the
+// watches of classes and capacity objects, and returns a context that ends
+// with the test.
 func (e publisherEnv) start(ctx context.Context, t *testing.T) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
@@ -222,6 +228,7 @@ func (e publisherEnv) start(ctx context.Context, t *testing.T) context.Context {
 	e.factory.Start(ctx.Done())
 	e.factory.WaitForCacheSync(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), e.synced...)
+	e.watching()
 	return ctx
 }
 

@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakewatch"
 )
 
 // finalizerPV is the library's (and upstream's) PV deletion-protection
@@ -68,6 +70,14 @@ func makeAttachment(name, pv, node string) *storagev1.VolumeAttachment {
 func runController(t *testing.T, ctx context.Context, cfg ControllerConfig, csiClient ControllerClient, objs ...runtime.Object) *fake.Clientset {
 	t.Helper()
 	client := fake.NewClientset(objs...)
+	runControllerOn(t, ctx, cfg, csiClient, client)
+	return client
+}
+
+// runControllerOn runs the whole Controller over client and the mock
+// driver, until the test ends.
+func runControllerOn(t *testing.T, ctx context.Context, cfg ControllerConfig, csiClient ControllerClient, client *fake.Clientset) {
+	t.Helper()
 	cfg.Provisioner.DriverName = testDriver
 	ctrl, err := NewController(ctx, cfg, Clients{Work: client}, csiClient)
 	if err != nil {
@@ -82,7 +92,6 @@ func runController(t *testing.T, ctx context.Context, cfg ControllerConfig, csiC
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return client
 }
 
 // TestStaticPVFinalizer: the deletion-protection finalizer goes on every
@@ -143,10 +152,13 @@ func TestDeleteWaitsForDetach(t *testing.T) {
 	}
 	handle := resp.GetVolume().GetVolumeId()
 	pv := makeStaticPV("released", testDriver, handle, v1.PersistentVolumeReclaimDelete, v1.VolumeReleased).withFinalizer()
-	client := runController(t, ctx, ControllerConfig{
+	client := fake.NewClientset(pv.PersistentVolume, makeAttachment("va-1", "released", "n1"))
+	// The attachment's delete below must reach the informer's watch.
+	attachmentsWatched := fakewatch.Opened(t, &client.Fake, "volumeattachments")
+	runControllerOn(t, ctx, ControllerConfig{
 		Provisioner:        Config{SupportsAttach: true},
 		RetryIntervalStart: time.Hour, RetryIntervalMax: time.Hour,
-	}, csiClient, pv.PersistentVolume, makeAttachment("va-1", "released", "n1"))
+	}, csiClient, client)
 
 	var msg string
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -175,6 +187,7 @@ func TestDeleteWaitsForDetach(t *testing.T) {
 		t.Errorf("driver has %d volumes while attached, want 1", n)
 	}
 
+	attachmentsWatched()
 	if err := client.StorageV1().VolumeAttachments().Delete(ctx, "va-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

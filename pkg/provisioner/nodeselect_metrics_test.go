@@ -3,7 +3,6 @@ package provisioner
 import (
 	"context"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,13 +10,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakewatch"
 )
 
 // The cache metrics count each watch event of the claim and PV informers
@@ -28,24 +27,8 @@ func TestCacheEventsMetric(t *testing.T) {
 	defer cancel()
 	listed := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "listed", ResourceVersion: "1"}}
 	client := fake.NewClientset(listed)
-	// The fake's watch does not replay what changed between the informer's
-	// list and its watch, so the changes below wait until both watches are
-	// open.
-	watching := map[string]chan struct{}{"persistentvolumeclaims": make(chan struct{}), "persistentvolumes": make(chan struct{})}
-	var once sync.Map
-	client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		opts := action.(k8stesting.WatchActionImpl).ListOptions
-		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
-		if err != nil {
-			return true, nil, err
-		}
-		if ch, ok := watching[action.GetResource().Resource]; ok {
-			if _, done := once.LoadOrStore(action.GetResource().Resource, true); !done {
-				close(ch)
-			}
-		}
-		return true, w, nil
-	})
+	// The changes below must reach both informers' watches.
+	watching := fakewatch.Opened(t, &client.Fake, "persistentvolumeclaims", "persistentvolumes")
 	// A resync every 50 ms: the handler must not count them.
 	factory := informers.NewSharedInformerFactory(client, 50*time.Millisecond)
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
@@ -66,13 +49,7 @@ func TestCacheEventsMetric(t *testing.T) {
 	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	for resource, ch := range watching {
-		select {
-		case <-ch:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the informer of %s did not start its watch", resource)
-		}
-	}
+	watching()
 
 	c := client.CoreV1()
 	updated := listed.DeepCopy()

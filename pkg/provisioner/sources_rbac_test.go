@@ -66,12 +66,28 @@ func TestSnapshotContentsWithoutWatch(t *testing.T) {
 						errors.New(`User "system:serviceaccount:default:csi-provisioner" cannot watch resource "volumesnapshotcontents"`))
 				})
 			}
+			// Ahead of the refusal: counts every watch asked for.
+			var watches atomic.Int32
+			cs.PrependWatchReactor("volumesnapshotcontents", func(k8stesting.Action) (bool, watch.Interface, error) {
+				watches.Add(1)
+				return false, nil, nil
+			})
 			client := noWatchList{cs}
 			sw := &snapshotWiring{client: client, informers: sourceprotection.NewSnapshotInformers(client, 0)}
 			api := sw.api(time.Hour)
 			go api.Run(ctx)
 			if !api.WaitReady(ctx, 10*time.Second) {
 				t.Fatalf("snapshot API not ready: %v", api.State())
+			}
+			// The fake's watch (of an older client-gen) does not pass on
+			// what was made before it opened: wait for the probe's watch
+			// and, where granted, the informer's, as many as the LISTs.
+			// (The reactor runs under the fake's lock, ahead of the one
+			// that registers the watch.)
+			if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return watches.Load() >= tc.wantLists, nil
+			}); err != nil {
+				t.Fatalf("%d watches of contents, want %d: %v", watches.Load(), tc.wantLists, err)
 			}
 			// A content made after the API is ready, as a restore's is.
 			if _, err := cs.SnapshotV1().VolumeSnapshotContents().Create(ctx, &snapv1.VolumeSnapshotContent{

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakewatch"
 )
 
 // informerEnv is a Core on a real informer factory over a fake clientset.
@@ -28,7 +30,8 @@ type informerEnv struct {
 
 // startInformers builds the Core with NewFromInformers over objs, node n0
 // (zone z0) and the class "fast" unless noClass, starts the factory and
-// waits for its caches and for the claim handler (sync).
+// waits for its caches, for the watches of the kinds the tests delete, and
+// for the claim handler (sync).
 func startInformers(ctx context.Context, t *testing.T, noClass bool, objs ...runtime.Object) *informerEnv {
 	t.Helper()
 	if !noClass {
@@ -37,6 +40,7 @@ func startInformers(ctx context.Context, t *testing.T, noClass bool, objs ...run
 	objs = append(objs, node("n0", "z0"), csiNode("n0", nil, driver),
 		&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-probe"}})
 	client := fake.NewClientset(objs...)
+	watching := fakewatch.Opened(t, &client.Fake, "persistentvolumeclaims", "pods", "csinodes")
 	factory := informers.NewSharedInformerFactory(client, 0)
 	core, err := NewFromInformers(Config{Driver: driver}, factory)
 	if err != nil {
@@ -49,6 +53,7 @@ func startInformers(ctx context.Context, t *testing.T, noClass bool, objs ...run
 			t.Fatalf("cache of %v did not sync", typ)
 		}
 	}
+	watching()
 	env := &informerEnv{client: client, factory: factory, core: core}
 	env.sync(ctx, t)
 	return env

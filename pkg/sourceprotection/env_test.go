@@ -16,10 +16,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakewatch"
 )
 
-// env is a Controller over fake clientsets whose informers run and have
-// synced; Run is the test's to call.
+// env is a Controller over fake clientsets whose informers run, have
+// synced and watch claims and snapshots; Run is the test's to call.
 type env struct {
 	ctx        context.Context
 	client     *fake.Clientset
@@ -39,6 +41,10 @@ func newEnv(t *testing.T, objs, snapObjs []runtime.Object) *env {
 	_, ctx := ktesting.NewTestContext(t)
 	cs := fake.NewClientset(objs...)
 	snapCS := snapfake.NewSimpleClientset(snapObjs...)
+	// The snapshot fake (an older client-gen) does not even pass on the
+	// final state of what changed before its watch opened.
+	claimsWatched := fakewatch.Opened(t, &cs.Fake, "persistentvolumeclaims")
+	snapsWatched := fakewatch.Opened(t, &snapCS.Fake, "volumesnapshots")
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	claims := factory.Core().V1().PersistentVolumeClaims()
 	snaps := NewSnapshotInformers(noWatchList{snapCS}, 0)
@@ -61,6 +67,8 @@ func newEnv(t *testing.T, objs, snapObjs []runtime.Object) *env {
 			t.Fatalf("cache of %v did not sync", typ)
 		}
 	}
+	claimsWatched()
+	snapsWatched()
 	return &env{ctx: ctx, client: cs, snap: snapCS, snapshots: snaps.SnapshotLister(), protection: prot}
 }
 
