@@ -211,15 +211,42 @@ func (e *explainer) nodeDetail(name string) {
 }
 
 // inFlightLine says whether the provisioner's in-flight record is on the
-// claim: a CreateVolume call may have made a volume that has no PV yet.
+// claim: a CreateVolume call may have made a volume that has no PV yet. A
+// PV that refers to the claim (by UID) is found whatever its name: the
+// provisioner names PVs after their volumes, <--volume-name-prefix>-<UID>,
+// which explain cannot know.
 func (e *explainer) inFlightLine() {
+	pv := e.claimPV()
 	for _, f := range e.s.claim.Finalizers {
-		if f == inFlightRecordFinalizer {
-			e.add("in-flight", Info, "in-flight record present: the provisioner called CreateVolume and the volume has no PV yet")
+		if f != inFlightRecordFinalizer {
+			continue
+		}
+		if pv != nil {
+			e.add("in-flight", Info, "in-flight record present; the volume's PV %s exists, and the record goes once the provisioner sees it", pv.Name)
 			return
 		}
+		e.add("in-flight", Info, "in-flight record present: the provisioner called CreateVolume and the volume has no PV yet")
+		return
+	}
+	if pv != nil && e.s.claim.Spec.VolumeName == "" {
+		e.add("in-flight", Info, "no in-flight record; PV %s exists for the claim, not bound yet", pv.Name)
+		return
 	}
 	e.add("in-flight", Info, "no in-flight record: no CreateVolume outstanding")
+}
+
+// claimPV is the PV the claim is bound to, or else a PV whose claimRef
+// names the claim by UID (made, not bound yet), nil when none was read.
+func (e *explainer) claimPV() *v1.PersistentVolume {
+	if e.s.volume != nil {
+		return e.s.volume
+	}
+	for _, pv := range e.s.volumes {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.UID == e.s.claim.UID {
+			return pv
+		}
+	}
+	return nil
 }
 
 // eventLines give the last provisioning Events with the driver's code.

@@ -231,6 +231,6 @@ const (
 	readAttachments = "list volumeattachments (cluster-wide, for the attach-limit count)"
 	readClaims      = "list persistentvolumeclaims (all namespaces, for the attach-limit count)"
 	readPods        = "list pods (all namespaces, for the attach-limit count)"
-	readVolumes     = "list persistentvolumes (cluster-wide, for the attach-limit count)"
+	readVolumes     = "list persistentvolumes (cluster-wide, for the attach-limit count and the claim's PV before it is bound)"
 	readClasses     = "list storageclasses"
 )

@@ -175,7 +175,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	libClient := clients.Work
 	var keeper *inFlightRecordKeeper
 	if p.records != nil {
-		if keeper, err = newInFlightRecordKeeper(ctx, p, inf.claims, inf.factory.Core().V1().PersistentVolumes().Lister(),
+		if keeper, err = newInFlightRecordKeeper(ctx, p, inf.claims, deps.ClaimVolumes,
 			inf.factory.Storage().V1().StorageClasses().Lister(), clients.Work.CoreV1(), clients.Events, cfg.Metrics); err != nil {
 			return nil, err
 		}
@@ -332,6 +332,9 @@ func newDeps(cfg ControllerConfig, clients Clients, csiClient ControllerClient, 
 		deps.ClaimPatcher = clients.Work.CoreV1()
 	}
 	deps.Retries = NewSlowRetries(workqueue.NewItemExponentialFailureRateLimiter(cfg.RetryIntervalStart, cfg.RetryIntervalMax), cfg.RetryIntervalMax)
+	if deps.ClaimVolumes, err = NewClaimVolumeIndex(inf.volumes); err != nil {
+		return Deps{}, nil, err
+	}
 	if cfg.Provisioner.SupportsAttach {
 		attachments = inf.factory.Storage().V1().VolumeAttachments().Informer()
 		if deps.Attachments, err = NewAttachmentIndex(attachments); err != nil {
