@@ -163,8 +163,9 @@ func sourceCases() []tcase {
 		{name: "source/missing-claim", want: wantFailed, claim: claimSpec{ref: missingPVC}},
 		{name: "source/missing-snapshot", want: wantFailed, claim: claimSpec{ref: missingSnap}},
 		{name: "source/clone-wffc", want: wantBound, podZone: "z1", class: classSpec{wffc: true}, claim: claimSpec{source: sourceClone}},
-		// The source is in z1, the restore's pod in z2: both ask for the
-		// volume in z2 first (upstream restores anywhere).
+		// The source is in z1, the restore's pod in z2: both make the
+		// volume in z2 (the mock's snapshots are regional; upstream
+		// restores anywhere).
 		{name: "source/snapshot-wffc-other-zone", want: wantBound, podZone: "z2", class: classSpec{wffc: true}, claim: claimSpec{source: sourceSnapshot}},
 	}
 }
