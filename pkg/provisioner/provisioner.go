@@ -209,7 +209,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningFinished, err
 	}
 	req.warnDeprecated(logger)
-	if req.source, err = p.resolveSource(ctx, claim); err != nil {
+	if req.source, err = p.resolveSource(ctx, claim, class); err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
 	req.setSource()
@@ -470,7 +470,7 @@ func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNod
 		Index:             p.deps.Index,
 	}
 	if source != nil {
-		in.Source, in.SourceName = source.reach, source.String()
+		in.Source, in.SourceName, in.SourceBasis = source.reach, source.String(), source.basis
 	}
 	if selectedNode != "" {
 		csiNode, err := p.deps.CSINodes.Get(selectedNode)
