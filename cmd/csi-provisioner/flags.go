@@ -86,7 +86,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.Var(c.featureGates, "feature-gates", featureGatesUsage())
 	c.podName, c.podNamespace = os.Getenv("POD_NAME"), os.Getenv("NAMESPACE")
 	fs.DurationVar(&p.Timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
-	fs.DurationVar(&c.probeTimeout, "probe-timeout", time.Second, "Timeout of one driver Probe at start-up.")
+	fs.DurationVar(&c.probeTimeout, "probe-timeout", 0, "Timeout of one driver Probe at start-up (retried until the driver is ready); 0 means --timeout, as upstream.")
 	fs.IntVar(&c.controller.WorkerThreads, "worker-threads", 100, "Claims and volumes processed at once.")
 	fs.DurationVar(&c.controller.RetryIntervalStart, "retry-interval-start", time.Second, "First retry interval of a failed provision or delete; doubles on each failure.")
 	fs.DurationVar(&c.controller.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Largest retry interval of a failed provision or delete; a claim the driver refused with INVALID_ARGUMENT waits this long before its next attempt.")
@@ -147,6 +147,10 @@ func parseArgs(args []string, output io.Writer) (config, *logging.Options, error
 	}
 	if c.capacity.Namespace == "" {
 		c.capacity.Namespace = "default"
+	}
+	// Upstream bounds each start-up Probe by --timeout.
+	if c.probeTimeout <= 0 {
+		c.probeTimeout = c.controller.Provisioner.Timeout
 	}
 	if c.controller.LeaderElectionNamespace == "" {
 		c.controller.LeaderElectionNamespace = kubeclient.ServiceAccountNamespace(kubeclient.ServiceAccountNamespaceFile)
