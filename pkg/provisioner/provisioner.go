@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -124,6 +125,11 @@ type Provisioner struct {
 	// migration serves the in-tree plugin the driver replaces; nil when
 	// it replaces none.
 	migration *migration
+	// stopping: the process is stopping; no CreateVolume starts for a
+	// claim without one in flight (see drain.go).
+	stopping atomic.Bool
+	// calls counts the Provision calls running.
+	calls atomic.Int64
 }
 
 var (
@@ -153,6 +159,11 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 // documentation for how errors map onto the returned state.
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	start := time.Now()
+	if err := p.refuseWhileStopping(opts.PVC.UID); err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+	p.calls.Add(1)
+	defer p.calls.Add(-1)
 	defer p.records.enter(opts.PVC.UID)()
 	// Only this attempt's outcome decides how slowly the next one comes.
 	p.deps.Retries.Unmark(opts.PVC.UID)
@@ -296,6 +307,9 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.PersistentVolumeClaim, class, name string, seg topology.Segment,
 	delayed bool, err error) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	state, reason := createVolumeState(err, delayed)
+	if _, pending := p.backgroundName(claim.UID); !pending && volumeAbsent(err) {
+		p.records.markAbsent(claim)
+	}
 	if reason == RescheduleNoCapacity && seg != nil {
 		p.full.learn(ctx, class, seg, false, "RESOURCE_EXHAUSTED")
 	}
