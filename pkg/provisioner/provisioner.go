@@ -239,7 +239,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	resp, err := p.deps.CSI.CreateVolume(callCtx, req.csi)
 	cancel()
 	if err != nil {
-		return p.createVolumeFailed(ctx, claim, class.Name, req.csi.Name, seg, delayed, err)
+		return p.createVolumeFailed(ctx, claim, class.Name, req.csi, seg, delayed, err)
 	}
 	p.forgetBackground(claim.UID)
 	p.handBacks.forget(claim.UID)
@@ -248,7 +248,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return p.dropInaccessible(ctx, opts, req, resp.GetVolume(), seg)
 	}
 	if seg != nil {
-		p.full.seen(ctx, class.Name, seg)
+		p.full.seen(ctx, class.Name, seg, req.csi.GetCapacityRange().GetRequiredBytes())
 	}
 
 	return p.finishPV(ctx, opts, req, resp, migrated, decision)
@@ -287,7 +287,7 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 	// volume (holding it would delete a volume perhaps made in the node's
 	// segment; other requirements could be refused).
 	if _, pending := p.backgroundName(claim.UID); seg != nil && !pending {
-		if st := p.full.status(class.Name, seg); st.held {
+		if st := p.full.status(class.Name, seg, req.csi.GetCapacityRange().GetRequiredBytes()); st.held {
 			return nil, "", &attemptEnd{controller.ProvisioningReschedule, RescheduleNoCapacity,
 				&segmentFullError{class: class.Name, segment: seg.String(), status: st}}
 		} else if st.known && !st.wide {
@@ -304,14 +304,15 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 // without room is learnt as full for the class, an invalid request is
 // retried at the slow pace, and the claim is handed back or retried as the
 // code says.
-func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.PersistentVolumeClaim, class, name string, seg topology.Segment,
-	delayed bool, err error) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.PersistentVolumeClaim, class string, req *csi.CreateVolumeRequest,
+	seg topology.Segment, delayed bool, err error) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	name := req.GetName()
 	state, reason := createVolumeState(err, delayed)
 	if _, pending := p.backgroundName(claim.UID); !pending && volumeAbsent(err) {
 		p.records.markAbsent(claim)
 	}
 	if reason == RescheduleNoCapacity && seg != nil {
-		p.full.learn(ctx, class, seg, false, "RESOURCE_EXHAUSTED")
+		p.full.learn(ctx, class, seg, false, req.GetCapacityRange().GetRequiredBytes(), "RESOURCE_EXHAUSTED")
 	}
 	code := status.Code(err)
 	err = fmt.Errorf("CreateVolume %q: %w", name, err)
@@ -384,7 +385,8 @@ func (p *Provisioner) dropInaccessible(ctx context.Context, opts controller.Prov
 	err := fmt.Errorf("driver placed volume %q in %s, which node %q cannot reach (its segment has no room)",
 		vol.GetVolumeId(), segmentsString(vol.GetAccessibleTopology()), selectedNode)
 	if seg != nil {
-		p.full.learn(ctx, opts.StorageClass.Name, seg, len(vol.GetAccessibleTopology()) > 1, "volume placed out of the node's reach")
+		p.full.learn(ctx, opts.StorageClass.Name, seg, len(vol.GetAccessibleTopology()) > 1, req.csi.GetCapacityRange().GetRequiredBytes(),
+			"volume placed out of the node's reach")
 	}
 	if derr := p.deleteVolume(ctx, vol.GetVolumeId(), req.csi.Secrets); derr != nil {
 		p.rememberBackground(claim.UID, req.csi.Name)
