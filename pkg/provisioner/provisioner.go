@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,7 +240,11 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	resp, err := p.deps.CSI.CreateVolume(callCtx, req.csi)
 	cancel()
 	if err != nil {
-		return p.createVolumeFailed(ctx, claim, class.Name, req.csi, seg, delayed, err)
+		pv, state, err := p.createVolumeFailed(ctx, claim, class.Name, req.csi, seg, delayed, err)
+		if strings.HasSuffix(decision, termsAsWrittenNote) {
+			err = fmt.Errorf("%w (%s)", err, termsAsWrittenNote)
+		}
+		return pv, state, err
 	}
 	p.forgetBackground(claim.UID)
 	p.handBacks.forget(claim.UID)
@@ -272,7 +277,8 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 		return nil, "driver without topology support, no requirements", nil
 	}
 	claim, class, delayed := opts.PVC, opts.StorageClass, selectedNode != ""
-	reqs, err := p.requirements(opts, selectedNode, req.source)
+	placed, err := p.requirements(opts, selectedNode, req.source)
+	reqs := placed.Requirement
 	if err != nil {
 		state, reason := requirementsState(err, delayed)
 		return nil, "", &attemptEnd{state, reason, fmt.Errorf("computing topology requirements: %w", err)}
@@ -297,7 +303,11 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 		}
 	}
 	req.csi.AccessibilityRequirements = reqs
-	return seg, describeRequirements(selectedNode, reqs, strict), nil
+	decision := describeRequirements(selectedNode, reqs, strict)
+	if placed.TermsAsWritten {
+		decision += "; " + termsAsWrittenNote
+	}
+	return seg, decision, nil
 }
 
 // createVolumeFailed ends an attempt whose CreateVolume failed: a segment
@@ -463,7 +473,7 @@ func (p *Provisioner) backgroundName(uid types.UID) (string, bool) {
 
 // requirements computes the accessibility requirements of a claim from
 // informer data and the segment index.
-func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string, source *dataSource) (*csi.TopologyRequirement, error) {
+func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string, source *dataSource) (topology.Placement, error) {
 	in := topology.RequirementsInput{
 		Driver:            p.cfg.DriverName,
 		SelectedNode:      opts.SelectedNode,
@@ -483,11 +493,11 @@ func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNod
 		case apierrors.IsNotFound(err):
 			csiNode = nil
 		case err != nil:
-			return nil, fmt.Errorf("reading CSINode %q: %w", selectedNode, err)
+			return topology.Placement{}, fmt.Errorf("reading CSINode %q: %w", selectedNode, err)
 		}
 		in.CSINode = csiNode
 	}
-	return topology.Requirements(in)
+	return topology.Place(in)
 }
 
 // readSecret returns the data of a referenced Secret.
