@@ -108,14 +108,11 @@ func (f *inFlightRecords) awaitingPV() int {
 	return n
 }
 
-// refuseWhileStopping refuses a provision once the process stops, unless
-// the claim's last CreateVolume may still run in the driver: asking again
-// may finish it.
-func (p *Provisioner) refuseWhileStopping(uid types.UID) error {
+// refuseWhileStopping refuses a provision once the process stops: the drain
+// waits for the calls in flight, it starts none (a retry of a claim whose
+// last call timed out would hold the stop for as long again).
+func (p *Provisioner) refuseWhileStopping() error {
 	if !p.stopping.Load() {
-		return nil
-	}
-	if _, pending := p.backgroundName(uid); pending {
 		return nil
 	}
 	return &controller.IgnoredError{Reason: errStopping.Error()}
@@ -151,8 +148,8 @@ func (k *inFlightRecordKeeper) dropAbsent(ctx context.Context) int {
 }
 
 // drain is what a leading Controller does once asked to stop, before its
-// informers, leader election and the library end: no CreateVolume starts
-// for a new claim, the calls in flight get up to DrainTimeout to finish (the
+// informers, leader election and the library end: no CreateVolume starts,
+// the calls in flight get up to DrainTimeout to finish (the
 // library creates their PVs and the record keeper removes their records),
 // and then (within drainWrites) the records of claims whose volume is
 // known not to exist are removed. A call still running at the deadline is cancelled and its

@@ -126,8 +126,8 @@ type Provisioner struct {
 	// migration serves the in-tree plugin the driver replaces; nil when
 	// it replaces none.
 	migration *migration
-	// stopping: the process is stopping; no CreateVolume starts for a
-	// claim without one in flight (see drain.go).
+	// stopping: the process is stopping; no CreateVolume starts (see
+	// drain.go).
 	stopping atomic.Bool
 	// calls counts the Provision calls running.
 	calls atomic.Int64
@@ -160,7 +160,7 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 // documentation for how errors map onto the returned state.
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	start := time.Now()
-	if err := p.refuseWhileStopping(opts.PVC.UID); err != nil {
+	if err := p.refuseWhileStopping(); err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
 	p.calls.Add(1)
