@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
@@ -57,8 +58,28 @@ func TestRollbackImageOnly(t *testing.T) {
 	w.waitBound(w.live)
 	w.remove(slices.Clone(w.live))
 	w.waitGone()
+	w.waitNoPVs()
 	w.checkDriver()
-	t.Logf("image-only rollback: %d claims deleted, none stuck (%s)", len(w.deleted), time.Since(start).Round(time.Second))
+	t.Logf("image-only rollback: %d claims deleted, none stuck, no PV left (%s)", len(w.deleted), time.Since(start).Round(time.Second))
+}
+
+// waitNoPVs waits until no PV refers to a claim of the namespace: the
+// volumes of the deleted claims are deleted too.
+func (w *world) waitNoPVs() {
+	w.t.Helper()
+	w.waitFor("PVs of deleted claims left", func(ctx context.Context) (bool, string, error) {
+		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, pv := range pvs.Items {
+			if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == w.ns {
+				left = append(left, pv.Name+" ("+ref.Name+")")
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("%d left: %v", len(left), left), nil
+	})
 }
 
 // countInFlight counts the namespace's claims that carry the in-flight
