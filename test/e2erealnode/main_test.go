@@ -1,0 +1,38 @@
+// Package e2erealnode runs pods on real nodes: the local control plane with
+// two kubelets, each with its own containerd (test/kubeletnode), the pod
+// sandbox and the containers from the lab's own images, no registry.
+// Where the host cannot run real nodes (not root, no cgroup v1
+// controllers, runc not installable) the package fails and says why.
+package e2erealnode
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
+)
+
+// realNodes is how many kubelets the package runs: two, so that every test
+// also proves that nodes coexist on one host.
+const realNodes = 2
+
+var (
+	cluster *controlplane.Cluster
+	nodes   *kubeletnode.Nodes
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(ctx context.Context, c *controlplane.Cluster) error {
+		cluster = c
+		var err error
+		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Count: realNodes})
+		if err != nil {
+			return err
+		}
+		// Before the plane's Stop: kubelets first, then their pods.
+		c.OnStop(func() error { return nodes.Stop() })
+		return nil
+	}))
+}

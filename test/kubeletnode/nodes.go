@@ -1,0 +1,91 @@
+package kubeletnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+)
+
+// Nodes are real nodes added to a cluster by AddNodes.
+type Nodes struct {
+	// Nodes in the order of their names.
+	Nodes []*Node
+	// Images are the images every node has.
+	Images Images
+	// Dir holds the nodes' directories and the images.
+	Dir string
+}
+
+// AddNodes checks the host (CheckHost: it fails, saying why, where real
+// nodes cannot run), builds or reuses the node binaries and the images
+// (the lab's pause and rwcheck, and the project's commands in
+// projectImages), and starts opts.Count nodes on c, each Ready when it
+// returns. On error what was started is stopped. Call Stop before the
+// cluster's Stop.
+func AddNodes(ctx context.Context, c *controlplane.Cluster, opts Options, projectImages ...string) (ns *Nodes, err error) {
+	if opts.Count <= 0 {
+		opts.Count = 1
+	}
+	if opts.NamePrefix == "" {
+		opts.NamePrefix = "real-node-"
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = 3 * time.Minute
+	}
+	host, err := CheckHost(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("this host cannot run real nodes: %w", err)
+	}
+	bins, err := BuildBinaries(ctx, c.RepoRoot)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "csitp-nodes-")
+	if err != nil {
+		return nil, err
+	}
+	ns = &Nodes{Dir: dir}
+	defer func() {
+		if err != nil {
+			_ = ns.Stop()
+			ns = nil
+		}
+	}()
+	if ns.Images, err = BuildImages(ctx, c.RepoRoot, filepath.Join(dir, "images"), projectImages...); err != nil {
+		return ns, err
+	}
+	for i := 1; i <= opts.Count; i++ {
+		n, err := newNode(c, bins, host, dir, opts.NamePrefix+strconv.Itoa(i), opts.Labels)
+		if err != nil {
+			return ns, err
+		}
+		ns.Nodes = append(ns.Nodes, n)
+		if err := n.start(ctx, ns.Images, opts.ReadyTimeout); err != nil {
+			return ns, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	klog.FromContext(ctx).Info("Real nodes Ready", "count", len(ns.Nodes))
+	return ns, nil
+}
+
+// Stop stops every node (Node.Stop) and removes Dir.
+func (ns *Nodes) Stop() error {
+	var errs []error
+	for _, n := range ns.Nodes {
+		if err := n.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+		}
+	}
+	if err := os.RemoveAll(ns.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
