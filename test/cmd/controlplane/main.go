@@ -4,9 +4,9 @@
 // controlplane.ControlPlaneDir), then upstream external-provisioner for the
 // differential tests (controlplane.BuildUpstream), then kubelet, containerd and
 // the CNI plugins for the real nodes (kubeletnode.BuildBinaries), and prints
-// where they are. Building them
-// here, before the test packages, keeps the build out of the test binaries'
-// timeouts; the tests still build them when run on their own.
+// where they are. Building them here, before the test packages, keeps the
+// build out of the test binaries' timeouts; the tests still build them when
+// run on their own.
 package main
 
 import (
