@@ -329,6 +329,11 @@ func (c *Cluster) controllerManagerArgs(controllers []string, port int) []string
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(c.Dir, "kcm-certs"),
 		"--pvclaimbinder-sync-period=2s",
+		// The CA of kube-apiserver's self-signed serving certificate (it
+		// writes the CA after the serving certificate), which the root CA
+		// publisher (when in Options.Controllers) puts in every namespace's
+		// kube-root-ca.crt ConfigMap, for pods' service-account volumes.
+		"--root-ca-file=" + filepath.Join(c.Dir, "apiserver-certs", "apiserver.crt"),
 	}
 }
 

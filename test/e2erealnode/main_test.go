@@ -24,7 +24,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(ctx context.Context, c *controlplane.Cluster) error {
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: kubeletnode.Controllers}, func(ctx context.Context, c *controlplane.Cluster) error {
 		cluster = c
 		var err error
 		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Count: realNodes})

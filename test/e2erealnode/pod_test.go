@@ -56,18 +56,7 @@ func TestRealNodeRunsPod(t *testing.T) {
 			t.Cleanup(func() {
 				_ = cluster.Client.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 			})
-			var got *v1.Pod
-			err := cluster.WaitFor(ctx, podTimeout, func(ctx context.Context) (bool, error) {
-				p, err := cluster.Client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
-				if err != nil {
-					return false, err
-				}
-				got = p
-				return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed, nil
-			})
-			if err != nil {
-				t.Fatalf("pod %s never finished: %v; status: %s", pod.Name, err, podStatus(got))
-			}
+			got := waitFinished(ctx, t, "default", pod.Name)
 			if got.Status.Phase != v1.PodSucceeded {
 				t.Fatalf("pod %s: phase %s, want Succeeded; status: %s", pod.Name, got.Status.Phase, podStatus(got))
 			}
@@ -83,6 +72,24 @@ func TestRealNodeRunsPod(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitFinished waits until the pod has succeeded or failed, and returns it.
+func waitFinished(ctx context.Context, t *testing.T, namespace, name string) *v1.Pod {
+	t.Helper()
+	var got *v1.Pod
+	err := cluster.WaitFor(ctx, podTimeout, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = p
+		return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s never finished: %v; status: %s", namespace, name, err, podStatus(got))
+	}
+	return got
 }
 
 func terminationMessage(p *v1.Pod) string {

@@ -20,12 +20,14 @@ const (
 	ImageVersion    = "lab"
 )
 
-// Pause and RWCheck are the lab's own node images, built from
-// test/kubeletnode/images/cmd: the pod sandbox, and a container that
-// writes a file and reads it back (see its package doc).
+// Pause, RWCheck and APICheck are the lab's own node images, built from
+// test/kubeletnode/images/cmd: the pod sandbox, a container that writes a
+// file and reads it back, and an in-cluster client of the API server (see
+// their package docs).
 const (
-	Pause   = "pause"
-	RWCheck = "rwcheck"
+	Pause    = "pause"
+	RWCheck  = "rwcheck"
+	APICheck = "apicheck"
 )
 
 // Images are what every node imports into its containerd.
@@ -51,7 +53,7 @@ func BuildImages(ctx context.Context, repoRoot, outDir string, project ...string
 		root     string
 		binaries []string
 	}{
-		{filepath.Join(repoRoot, "test", "kubeletnode", "images"), []string{Pause, RWCheck}},
+		{filepath.Join(repoRoot, "test", "kubeletnode", "images"), []string{Pause, RWCheck, APICheck}},
 		{repoRoot, project},
 	}
 	for _, s := range sets {
