@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: kubeletnode.Controllers}, func(ctx context.Context, c *controlplane.Cluster) error {
 		cluster = c
 		var err error
-		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Count: realNodes})
+		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Count: realNodes}, "mock-driver")
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -134,14 +135,31 @@ func installMissing(ctx context.Context) error {
 }
 
 // makeCgroup creates path (a cgroup path, "/a/b") in every mounted cgroup
-// v1 hierarchy: kubelet requires its cgroupRoot to exist in each.
-func (h Host) makeCgroup(path string) error {
+// v1 hierarchy: kubelet requires its cgroupRoot to exist in each. It
+// returns the directories it created above path (the test process's
+// memory cgroup path does not exist in the other hierarchies), for
+// removeParents.
+func (h Host) makeCgroup(path string) (created []string, err error) {
 	for _, mnt := range h.mountPoints() {
+		for dir := filepath.Dir(path); dir != "/" && dir != "."; dir = filepath.Dir(dir) {
+			if _, err := os.Stat(filepath.Join(mnt, dir)); errors.Is(err, os.ErrNotExist) {
+				created = append(created, filepath.Join(mnt, dir))
+			}
+		}
 		if err := os.MkdirAll(filepath.Join(mnt, path), 0o755); err != nil {
-			return fmt.Errorf("creating cgroup %s: %w", path, err)
+			return created, fmt.Errorf("creating cgroup %s: %w", path, err)
 		}
 	}
-	return nil
+	return created, nil
+}
+
+// removeParents removes the directories makeCgroup created above a node's
+// cgroup, deepest first, unless another node's cgroup is still below one.
+func removeParents(created []string) {
+	sort.Slice(created, func(i, j int) bool { return len(created[i]) > len(created[j]) })
+	for _, d := range created {
+		_ = os.Remove(d)
+	}
 }
 
 // removeCgroup removes path and the cgroups below it from every hierarchy,

@@ -20,14 +20,15 @@ const (
 	ImageVersion    = "lab"
 )
 
-// Pause, RWCheck and APICheck are the lab's own node images, built from
-// test/kubeletnode/images/cmd: the pod sandbox, a container that writes a
-// file and reads it back, and an in-cluster client of the API server (see
-// their package docs).
+// Pause, RWCheck, APICheck and Registrar are the lab's own node images,
+// built from test/kubeletnode/images/cmd: the pod sandbox, a container that
+// writes a file and reads it back, an in-cluster client of the API server,
+// and the stand-in for node-driver-registrar (see their package docs).
 const (
-	Pause    = "pause"
-	RWCheck  = "rwcheck"
-	APICheck = "apicheck"
+	Pause     = "pause"
+	RWCheck   = "rwcheck"
+	APICheck  = "apicheck"
+	Registrar = "registrar"
 )
 
 // Images are what every node imports into its containerd.
@@ -53,7 +54,7 @@ func BuildImages(ctx context.Context, repoRoot, outDir string, project ...string
 		root     string
 		binaries []string
 	}{
-		{filepath.Join(repoRoot, "test", "kubeletnode", "images"), []string{Pause, RWCheck, APICheck}},
+		{filepath.Join(repoRoot, "test", "kubeletnode", "images"), []string{Pause, RWCheck, APICheck, Registrar}},
 		{repoRoot, project},
 	}
 	for _, s := range sets {

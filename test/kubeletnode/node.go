@@ -52,12 +52,14 @@ type Node struct {
 	// Labels are the labels kubelet registers the node with.
 	Labels map[string]string
 
-	cluster    *controlplane.Cluster
-	bins       Binaries
-	host       Host
-	slot       *slot
-	kubelet    *controlplane.Process
-	containerd *controlplane.Process
+	cluster *controlplane.Cluster
+	bins    Binaries
+	host    Host
+	slot    *slot
+	// cgroupParents are the cgroups newNode created above CgroupRoot.
+	cgroupParents []string
+	kubelet       *controlplane.Process
+	containerd    *controlplane.Process
 }
 
 // errGiveUp marks an error that waitFor must not retry.
@@ -66,6 +68,10 @@ var errGiveUp = errors.New("giving up")
 func (n *Node) path(elem ...string) string {
 	return filepath.Join(append([]string{n.Dir}, elem...)...)
 }
+
+// KubeletDir is kubelet's root directory (--root-dir), the node's
+// /var/lib/kubelet: plugins/, plugins_registry/ and pods/ are below it.
+func (n *Node) KubeletDir() string { return n.path("kubelet") }
 
 // Kubelet is the node's kubelet process.
 func (n *Node) Kubelet() *controlplane.Process { return n.kubelet }
@@ -100,7 +106,7 @@ func newNode(c *controlplane.Cluster, bins Binaries, host Host, dir, name string
 		s.release()
 		return nil, fmt.Errorf("slot %d: a cgroup of an earlier run still has processes: %w", s.index, err)
 	}
-	if err := host.makeCgroup(n.CgroupRoot); err != nil {
+	if n.cgroupParents, err = host.makeCgroup(n.CgroupRoot); err != nil {
 		s.release()
 		return nil, err
 	}

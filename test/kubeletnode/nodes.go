@@ -76,14 +76,19 @@ func AddNodes(ctx context.Context, c *controlplane.Cluster, opts Options, projec
 	return ns, nil
 }
 
-// Stop stops every node (Node.Stop) and removes Dir.
+// Stop stops every node (Node.Stop), removes the cgroups the nodes created
+// above theirs, and Dir.
 func (ns *Nodes) Stop() error {
 	var errs []error
+	var parents []string
 	for _, n := range ns.Nodes {
+		parents = append(parents, n.cgroupParents...)
 		if err := n.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
 		}
 	}
+	// A node's parents held the other nodes' cgroups while it stopped.
+	removeParents(parents)
 	if err := os.RemoveAll(ns.Dir); err != nil {
 		errs = append(errs, err)
 	}

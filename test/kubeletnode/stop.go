@@ -37,6 +37,7 @@ func (n *Node) Stop() error {
 	if err := n.host.removeCgroup(n.CgroupRoot); err != nil {
 		errs = append(errs, err)
 	}
+	removeParents(n.cgroupParents)
 	n.removeBridge()
 	if err := os.RemoveAll(n.Dir); err != nil {
 		errs = append(errs, err)
