@@ -19,7 +19,10 @@ import (
 // registrar beside it, as a driver's node DaemonSet runs them: the driver's
 // socket in the node's plugins/<driver>/ directory, the registrar's in
 // kubelet's plugins_registry/. Both run as root: the driver creates its
-// socket as root, and mounts.
+// socket as root, and mounts. The driver sees kubelet's pods/ directory at
+// the path kubelet names in NodePublishVolume, with Bidirectional mount
+// propagation, and keeps the volumes' data in the node's directory
+// (mockDataDir), bind-mounted onto the targets.
 func driverPod(n *kubeletnode.Node, zone string) *v1.Pod {
 	pluginDir := filepath.Join(n.KubeletDir(), "plugins", driver.DefaultName)
 	hostPath := func(name, path string, t v1.HostPathType) v1.Volume {
@@ -35,9 +38,14 @@ func driverPod(n *kubeletnode.Node, zone string) *v1.Pod {
 				Name:            "csi-driver",
 				Image:           nodes.Images.Ref("mock-driver"),
 				ImagePullPolicy: v1.PullNever,
-				Args:            []string{"--mode=node", "--endpoint=unix:///csi/csi.sock", "--node-id=" + n.Name, "--node-topology=zone=" + zone},
+				Args: []string{"--mode=node", "--endpoint=unix:///csi/csi.sock", "--node-id=" + n.Name, "--node-topology=zone=" + zone,
+					"--data-dir=/var/lib/csi-mock"},
 				SecurityContext: &v1.SecurityContext{RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false), Privileged: ptr.To(true)},
-				VolumeMounts:    []v1.VolumeMount{{Name: "plugin-dir", MountPath: "/csi"}},
+				VolumeMounts: []v1.VolumeMount{
+					{Name: "plugin-dir", MountPath: "/csi"},
+					{Name: "pods-dir", MountPath: filepath.Join(n.KubeletDir(), "pods"), MountPropagation: ptr.To(v1.MountPropagationBidirectional)},
+					{Name: "mock-data", MountPath: "/var/lib/csi-mock"},
+				},
 			}, {
 				Name:            "registrar",
 				Image:           nodes.Images.Ref(kubeletnode.Registrar),
@@ -49,6 +57,8 @@ func driverPod(n *kubeletnode.Node, zone string) *v1.Pod {
 			Volumes: []v1.Volume{
 				hostPath("plugin-dir", pluginDir, v1.HostPathDirectoryOrCreate),
 				hostPath("registration-dir", filepath.Join(n.KubeletDir(), "plugins_registry"), v1.HostPathDirectory),
+				hostPath("pods-dir", filepath.Join(n.KubeletDir(), "pods"), v1.HostPathDirectory),
+				hostPath("mock-data", mockDataDir(n), v1.HostPathDirectoryOrCreate),
 			},
 		},
 	}
@@ -61,7 +71,26 @@ func driverPod(n *kubeletnode.Node, zone string) *v1.Pod {
 func TestRealNodeKubeletWritesCSINode(t *testing.T) {
 	ctx := context.Background()
 	n := nodes.Nodes[0]
-	pod := driverPod(n, "z1")
+	startDriver(ctx, t, n, "z1")
+	key := driver.TopologyPrefix + "zone"
+	node, err := cluster.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Labels[key]; got != "z1" {
+		t.Errorf("node %s: label %s=%q, want z1 (kubelet copies the driver's topology)", n.Name, key, got)
+	}
+}
+
+// mockDataDir is where the mock driver on n keeps its volumes' data.
+func mockDataDir(n *kubeletnode.Node) string { return filepath.Join(n.Dir, "csi-mock") }
+
+// startDriver runs driverPod on n (deleted when the test ends) and waits
+// until kubelet has registered the driver: its entry in n's CSINode, with
+// n's name as node ID and the mock's zone key.
+func startDriver(ctx context.Context, t *testing.T, n *kubeletnode.Node, zone string) {
+	t.Helper()
+	pod := driverPod(n, zone)
 	if _, err := cluster.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,12 +117,5 @@ func TestRealNodeKubeletWritesCSINode(t *testing.T) {
 	if err != nil {
 		p, _ := cluster.Client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		t.Fatalf("kubelet never wrote %s's entry in CSINode %s: %v; last: %s; driver pod: %s", driver.DefaultName, n.Name, err, last, podStatus(p))
-	}
-	node, err := cluster.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := node.Labels[key]; got != "z1" {
-		t.Errorf("node %s: label %s=%q, want z1 (kubelet copies the driver's topology)", n.Name, key, got)
 	}
 }
