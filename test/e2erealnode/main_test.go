@@ -1,8 +1,11 @@
 // Package e2erealnode runs pods on real nodes: the local control plane with
 // two kubelets, each with its own containerd (test/kubeletnode), the pod
-// sandbox and the containers from the lab's own images, no registry.
-// Where the host cannot run real nodes (not root, no cgroup v1
-// controllers, runc not installable) the package fails and says why.
+// sandbox and the containers from the lab's own images, no registry. Pods
+// write and read their volumes, reach the API server with in-cluster
+// configuration, and run the mock driver's node plugin, which kubelet
+// registers (CSINode) and calls to publish a volume into a pod. Where the
+// host cannot run real nodes (not root, no cgroup v1 controllers, runc not
+// installable) the package fails and says why.
 package e2erealnode
 
 import (
