@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -34,6 +35,9 @@ type Host struct {
 	// OwnCgroup is the test process's memory cgroup, under which every
 	// node's cgroupRoot is made.
 	OwnCgroup string
+	// Unified is the cgroup v2 mount of a hybrid host ("" if none), where
+	// runc also makes the containers' cgroups.
+	Unified string
 }
 
 // CheckHost says whether this host can run real nodes, and exactly why
@@ -70,6 +74,9 @@ func (h *Host) findCgroups() error {
 	for sc.Scan() {
 		pre, post, ok := strings.Cut(sc.Text(), " - ")
 		fields, postFields := strings.Fields(pre), strings.Fields(post)
+		if ok && len(fields) >= 5 && len(postFields) >= 1 && postFields[0] == "cgroup2" {
+			h.Unified = fields[4]
+		}
 		if !ok || len(fields) < 5 || len(postFields) < 3 || postFields[0] != "cgroup" {
 			continue
 		}
@@ -93,7 +100,10 @@ func (h *Host) findCgroups() error {
 	h.OwnCgroup = "/"
 	for line := range strings.Lines(string(data)) {
 		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		if len(parts) == 3 && parts[1] == "memory" {
+		if len(parts) != 3 {
+			continue
+		}
+		if slices.Contains(strings.Split(parts[1], ","), "memory") {
 			h.OwnCgroup = parts[2]
 		}
 	}
@@ -167,7 +177,7 @@ func removeParents(created []string) {
 // reported).
 func (h Host) removeCgroup(path string) error {
 	var errs []error
-	for _, mnt := range h.mountPoints() {
+	for _, mnt := range h.removalPoints() {
 		var dirs []string
 		_ = filepath.WalkDir(filepath.Join(mnt, path), func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
@@ -182,6 +192,15 @@ func (h Host) removeCgroup(path string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removalPoints are mountPoints and, on a hybrid host, the cgroup v2
+// mount.
+func (h Host) removalPoints() []string {
+	if h.Unified == "" {
+		return h.mountPoints()
+	}
+	return append(h.mountPoints(), h.Unified)
 }
 
 // mountPoints are the distinct cgroup v1 mount points.

@@ -100,13 +100,29 @@ func newNode(c *controlplane.Cluster, bins Binaries, host Host, dir, name string
 		cluster: c, bins: bins, host: host, slot: s,
 	}
 	n.ContainerdSocket = n.path("containerd.sock")
-	// A previous run killed in the same slot may have left these behind.
+	// A run killed in the same slot (a test timeout) left its containers,
+	// shims, mounts, cgroups and bridge behind; the cgroups it created above
+	// its own are this node's to remove (another stale node may still be
+	// below them).
+	var staleParents []string
+	if old := s.stale(host); old != nil {
+		_ = old.cleanUp()
+		staleParents = old.cgroupParents
+		// Its Nodes.Dir: the images, then the directory once empty.
+		_ = os.RemoveAll(filepath.Join(filepath.Dir(old.Dir), "images"))
+		_ = os.Remove(filepath.Dir(old.Dir))
+	}
 	n.removeBridge()
 	if err := host.removeCgroup(n.CgroupRoot); err != nil {
 		s.release()
 		return nil, fmt.Errorf("slot %d: a cgroup of an earlier run still has processes: %w", s.index, err)
 	}
 	if n.cgroupParents, err = host.makeCgroup(n.CgroupRoot); err != nil {
+		s.release()
+		return nil, err
+	}
+	n.cgroupParents = append(n.cgroupParents, staleParents...)
+	if err := s.record(n.Dir, n.CgroupRoot, n.cgroupParents); err != nil {
 		s.release()
 		return nil, err
 	}

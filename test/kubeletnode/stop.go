@@ -30,6 +30,18 @@ func (n *Node) Stop() error {
 	if n.containerd != nil {
 		n.containerd.Stop(15 * time.Second)
 	}
+	err := n.cleanUp()
+	removeParents(n.cgroupParents)
+	_ = n.slot.record("", "", nil)
+	n.slot.release()
+	n.slot = nil
+	return err
+}
+
+// cleanUp removes what the node's stopped (or dead) kubelet and containerd
+// left: container processes and shims, mounts, cgroups, bridge, directory.
+func (n *Node) cleanUp() error {
+	n.killContainers()
 	var errs []error
 	if err := unmountBelow(n.Dir); err != nil {
 		errs = append(errs, err)
@@ -37,13 +49,10 @@ func (n *Node) Stop() error {
 	if err := n.host.removeCgroup(n.CgroupRoot); err != nil {
 		errs = append(errs, err)
 	}
-	removeParents(n.cgroupParents)
 	n.removeBridge()
 	if err := os.RemoveAll(n.Dir); err != nil {
 		errs = append(errs, err)
 	}
-	n.slot.release()
-	n.slot = nil
 	return errors.Join(errs...)
 }
 
