@@ -16,15 +16,16 @@ import (
 )
 
 // driverPod is the mock driver's node plugin on a real node, with the lab's
-// registrar beside it, as a driver's node DaemonSet runs them: the driver's
-// socket in the node's plugins/<driver>/ directory, the registrar's in
-// kubelet's plugins_registry/. Both run as root: the driver creates its
+// registrar beside it, as deploy/'s node DaemonSet runs them, with its
+// paths: the driver's socket in /var/lib/kubelet/plugins/<driver>/, the
+// registrar's in kubelet's plugins_registry/ (each node has its own
+// /var/lib/kubelet, see kubeletnode.NodePaths). Both run as root: the driver creates its
 // socket as root, and mounts. The driver sees kubelet's pods/ directory at
 // the path kubelet names in NodePublishVolume, with Bidirectional mount
-// propagation, and keeps the volumes' data in the node's directory
-// (mockDataDir), bind-mounted onto the targets.
+// propagation, and keeps the volumes' data in /var/lib/csi-mock on the node
+// (mockDataDir on the host), bind-mounted onto the targets.
 func driverPod(n *kubeletnode.Node, zone string) *v1.Pod {
-	pluginDir := filepath.Join(n.KubeletDir(), "plugins", driver.DefaultName)
+	pluginDir := filepath.Join(kubeletnode.KubeletRoot, "plugins", driver.DefaultName)
 	hostPath := func(name, path string, t v1.HostPathType) v1.Volume {
 		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: path, Type: &t}}}
 	}
@@ -39,12 +40,12 @@ func driverPod(n *kubeletnode.Node, zone string) *v1.Pod {
 				Image:           nodes.Images.Ref("mock-driver"),
 				ImagePullPolicy: v1.PullNever,
 				Args: []string{"--mode=node", "--endpoint=unix:///csi/csi.sock", "--node-id=" + n.Name, "--node-topology=zone=" + zone,
-					"--data-dir=/var/lib/csi-mock"},
+					"--data-dir=" + mockData},
 				SecurityContext: &v1.SecurityContext{RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false), Privileged: ptr.To(true)},
 				VolumeMounts: []v1.VolumeMount{
 					{Name: "plugin-dir", MountPath: "/csi"},
-					{Name: "pods-dir", MountPath: filepath.Join(n.KubeletDir(), "pods"), MountPropagation: ptr.To(v1.MountPropagationBidirectional)},
-					{Name: "mock-data", MountPath: "/var/lib/csi-mock"},
+					{Name: "pods-dir", MountPath: filepath.Join(kubeletnode.KubeletRoot, "pods"), MountPropagation: ptr.To(v1.MountPropagationBidirectional)},
+					{Name: "mock-data", MountPath: mockData},
 				},
 			}, {
 				Name:            "registrar",
@@ -56,9 +57,9 @@ func driverPod(n *kubeletnode.Node, zone string) *v1.Pod {
 			}},
 			Volumes: []v1.Volume{
 				hostPath("plugin-dir", pluginDir, v1.HostPathDirectoryOrCreate),
-				hostPath("registration-dir", filepath.Join(n.KubeletDir(), "plugins_registry"), v1.HostPathDirectory),
-				hostPath("pods-dir", filepath.Join(n.KubeletDir(), "pods"), v1.HostPathDirectory),
-				hostPath("mock-data", mockDataDir(n), v1.HostPathDirectoryOrCreate),
+				hostPath("registration-dir", filepath.Join(kubeletnode.KubeletRoot, "plugins_registry"), v1.HostPathDirectory),
+				hostPath("pods-dir", filepath.Join(kubeletnode.KubeletRoot, "pods"), v1.HostPathDirectory),
+				hostPath("mock-data", mockData, v1.HostPathDirectoryOrCreate),
 			},
 		},
 	}
@@ -82,8 +83,11 @@ func TestRealNodeKubeletWritesCSINode(t *testing.T) {
 	}
 }
 
-// mockDataDir is where the mock driver on n keeps its volumes' data.
-func mockDataDir(n *kubeletnode.Node) string { return filepath.Join(n.Dir, "csi-mock") }
+// mockData is the mock driver's data directory on every node, as deploy/
+// names it; mockDataDir is where node n keeps it on the host.
+const mockData = "/var/lib/csi-mock"
+
+func mockDataDir(n *kubeletnode.Node) string { return n.HostPath(mockData) }
 
 // startDriver runs driverPod on n (deleted when the test ends) and waits
 // until kubelet has registered the driver: its entry in n's CSINode, with

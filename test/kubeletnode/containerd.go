@@ -88,7 +88,7 @@ func (n *Node) startContainerd(ctx context.Context, sandboxImage string) error {
 	}
 	// The shim is found on PATH, next to containerd.
 	env := []string{"PATH=" + filepath.Dir(n.bins.Shim) + ":" + os.Getenv("PATH")}
-	p, err := n.cluster.StartProcess(n.Name+"-containerd", n.bins.Containerd, []string{"--config", cfg}, env)
+	p, err := n.inNamespace(n.Name+"-containerd", n.bins.Containerd, []string{"--config", cfg}, env)
 	if err != nil {
 		return err
 	}

@@ -72,15 +72,15 @@ func (n *Node) startKubelet() error {
 	args := []string{
 		"--config=" + cfg,
 		"--kubeconfig=" + n.cluster.Kubeconfig,
-		"--root-dir=" + n.path("kubelet"),
-		"--cert-dir=" + n.path("kubelet", "pki"),
+		"--root-dir=" + KubeletRoot,
+		"--cert-dir=" + KubeletRoot + "/pki",
 		"--hostname-override=" + n.Name,
 		"--v=2",
 	}
 	if len(labels) != 0 {
 		args = append(args, "--node-labels="+strings.Join(labels, ","))
 	}
-	p, err := n.cluster.StartProcess(n.Name+"-kubelet", n.bins.Kubelet, args, nil)
+	p, err := n.inNamespace(n.Name+"-kubelet", n.bins.Kubelet, args, nil)
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,7 @@ type Node struct {
 	slot    *slot
 	// cgroupParents are the cgroups newNode created above CgroupRoot.
 	cgroupParents []string
+	mountns       *controlplane.Process
 	kubelet       *controlplane.Process
 	containerd    *controlplane.Process
 }
@@ -68,10 +69,6 @@ var errGiveUp = errors.New("giving up")
 func (n *Node) path(elem ...string) string {
 	return filepath.Join(append([]string{n.Dir}, elem...)...)
 }
-
-// KubeletDir is kubelet's root directory (--root-dir), the node's
-// /var/lib/kubelet: plugins/, plugins_registry/ and pods/ are below it.
-func (n *Node) KubeletDir() string { return n.path("kubelet") }
 
 // Kubelet is the node's kubelet process.
 func (n *Node) Kubelet() *controlplane.Process { return n.kubelet }
@@ -134,6 +131,9 @@ func newNode(c *controlplane.Cluster, bins Binaries, host Host, dir, name string
 func (n *Node) start(ctx context.Context, images Images, timeout time.Duration) error {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
+	if err := n.startMountNamespace(ctx); err != nil {
+		return err
+	}
 	if err := n.startContainerd(ctx, images.Sandbox); err != nil {
 		return err
 	}

@@ -30,6 +30,9 @@ func (n *Node) Stop() error {
 	if n.containerd != nil {
 		n.containerd.Stop(15 * time.Second)
 	}
+	if n.mountns != nil {
+		n.mountns.Stop(15 * time.Second)
+	}
 	err := n.cleanUp()
 	removeParents(n.cgroupParents)
 	_ = n.slot.record("", "", nil)
