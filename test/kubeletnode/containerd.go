@@ -53,8 +53,10 @@ func (n *Node) containerdConfig(sandboxImage string) string {
 }
 
 // cniConfig is the node's CNI network: a bridge of its own with the node's
-// pod subnet (host-local addresses, kept in the node's dir), no masquerade:
-// the pods' traffic stays on this host.
+// pod subnet (host-local addresses, kept in the node's dir), no masquerade
+// and no default route: the pods' traffic stays on this host. Their one
+// route out of the subnet is to the kubernetes Service (APIServiceIP), via
+// the bridge, where routeAPIService sends it to the API server.
 func (n *Node) cniConfig() string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -65,10 +67,10 @@ func (n *Node) cniConfig() string {
     "isGateway": true,
     "ipMasq": false,
     "hairpinMode": true,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": %q}], "dataDir": %q}
   }]
 }
-`, "csitp-"+n.Name, n.Bridge, n.PodCIDR, n.path("cni", "ipam"))
+`, "csitp-"+n.Name, n.Bridge, n.PodCIDR, APIServiceIP+"/32", n.path("cni", "ipam"))
 }
 
 // startContainerd writes the node's containerd and CNI configuration and

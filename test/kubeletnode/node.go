@@ -134,6 +134,9 @@ func (n *Node) start(ctx context.Context, images Images, timeout time.Duration) 
 	if err := n.startMountNamespace(ctx); err != nil {
 		return err
 	}
+	if err := n.routeAPIService(n.cluster.RESTConfig.Host); err != nil {
+		return err
+	}
 	if err := n.startContainerd(ctx, images.Sandbox); err != nil {
 		return err
 	}

@@ -124,8 +124,10 @@ func unmountBelow(dir string) error {
 	return errors.Join(errs...)
 }
 
-// removeBridge deletes the node's CNI bridge, if there is one.
+// removeBridge deletes the node's CNI bridge, if there is one, and its NAT
+// rules.
 func (n *Node) removeBridge() {
+	n.removeAPIServiceRoute()
 	if _, err := os.Stat(filepath.Join("/sys/class/net", n.Bridge)); err == nil {
 		_ = exec.Command("ip", "link", "delete", n.Bridge).Run()
 	}
