@@ -17,9 +17,10 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
 )
 
-// realNodes is how many kubelets the package runs: two, so that every test
-// also proves that nodes coexist on one host.
-const realNodes = 2
+// realNodes are the package's kubelets: two, so that every test also
+// proves that nodes coexist on one host, named as the kind cluster's
+// workers (deploy/kind) that deploy/'s mock overlay knows the zones of.
+var realNodes = []string{"csi-topology-worker", "csi-topology-worker2"}
 
 var (
 	cluster *controlplane.Cluster
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: kubeletnode.Controllers}, func(ctx context.Context, c *controlplane.Cluster) error {
 		cluster = c
 		var err error
-		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Count: realNodes}, "mock-driver")
+		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Names: realNodes}, "mock-driver", "csi-node-publisher")
 		if err != nil {
 			return err
 		}

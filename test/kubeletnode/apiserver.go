@@ -11,10 +11,11 @@ import (
 )
 
 // Controllers are the kube-controller-manager controllers a plane with
-// real nodes runs: controlplane.DefaultControllers and the root CA
-// publisher, whose kube-root-ca.crt ConfigMap every pod's service-account
-// token volume needs.
-var Controllers = append(slices.Clone(controlplane.DefaultControllers), "root-ca-certificate-publisher-controller")
+// real nodes runs: controlplane.DefaultControllers, the root CA publisher,
+// whose kube-root-ca.crt ConfigMap every pod's service-account token volume
+// needs, and the DaemonSet controller, for drivers' node plugins.
+var Controllers = append(slices.Clone(controlplane.DefaultControllers),
+	"root-ca-certificate-publisher-controller", "daemonset-controller")
 
 // InClusterEnv are the environment variables that point a pod's in-cluster
 // client (rest.InClusterConfig) at the lab's API server, which listens on

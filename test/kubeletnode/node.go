@@ -25,6 +25,9 @@ type Options struct {
 	Count int
 	// NamePrefix names the nodes <NamePrefix><i>; default "real-node-".
 	NamePrefix string
+	// Names, when set, name the nodes instead (Count is then its length),
+	// e.g. the kind cluster's workers that deploy/'s mock overlay knows.
+	Names []string
 	// Labels are every node's labels (e.g. topology); kubelet registers the
 	// node with them.
 	Labels map[string]string

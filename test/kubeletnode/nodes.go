@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -31,6 +32,9 @@ type Nodes struct {
 // returns. On error what was started is stopped. Call Stop before the
 // cluster's Stop.
 func AddNodes(ctx context.Context, c *controlplane.Cluster, opts Options, projectImages ...string) (ns *Nodes, err error) {
+	if len(opts.Names) != 0 {
+		opts.Count = len(opts.Names)
+	}
 	if opts.Count <= 0 {
 		opts.Count = 1
 	}
@@ -63,7 +67,11 @@ func AddNodes(ctx context.Context, c *controlplane.Cluster, opts Options, projec
 		return ns, err
 	}
 	for i := 1; i <= opts.Count; i++ {
-		n, err := newNode(c, bins, host, dir, opts.NamePrefix+strconv.Itoa(i), opts.Labels)
+		name := opts.NamePrefix + strconv.Itoa(i)
+		if len(opts.Names) != 0 {
+			name = opts.Names[i-1]
+		}
+		n, err := newNode(c, bins, host, dir, name, opts.Labels)
 		if err != nil {
 			return ns, err
 		}
@@ -74,6 +82,28 @@ func AddNodes(ctx context.Context, c *controlplane.Cluster, opts Options, projec
 	}
 	klog.FromContext(ctx).Info("Real nodes Ready", "count", len(ns.Nodes))
 	return ns, nil
+}
+
+// TagImage gives, on every node, the image src (a reference as a pod names
+// it, e.g. Images.Ref("mock-driver")) the reference dst as well, e.g. the
+// name a manifest uses. Pods find it under either with imagePullPolicy
+// IfNotPresent or Never.
+func (ns *Nodes) TagImage(ctx context.Context, src, dst string) error {
+	for _, n := range ns.Nodes {
+		if _, err := n.Ctr(ctx, "images", "tag", "--force", normalize(src), normalize(dst)); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// normalize is a reference as containerd's CRI stores it: a name without a
+// registry is on docker.io.
+func normalize(ref string) string {
+	if first, _, ok := strings.Cut(ref, "/"); ok && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return ref
+	}
+	return "docker.io/" + ref
 }
 
 // Stop stops every node (Node.Stop), removes the cgroups the nodes created

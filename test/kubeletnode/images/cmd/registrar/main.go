@@ -5,8 +5,9 @@
 // <--registration-dir>/<driver>-reg.sock, announcing a CSI plugin whose
 // socket kubelet finds at --kubelet-registration-path. Kubelet then calls
 // the driver's NodeGetInfo and writes the driver's entry in the node's
-// CSINode. The flags are upstream's that the lab uses; it runs until
-// SIGTERM and removes its socket.
+// CSINode. The flags are upstream's that deploy/ uses (--http-endpoint
+// serves /healthz, 200 while the registration socket is served; -v is
+// accepted); it runs until SIGTERM and removes its socket.
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -51,9 +53,26 @@ func main() {
 	csiAddress := flag.String("csi-address", "/csi/csi.sock", "The CSI driver's socket in this container.")
 	endpoint := flag.String("kubelet-registration-path", "", "The CSI driver's socket on the node, as kubelet finds it.")
 	regDir := flag.String("registration-dir", "/registration", "Kubelet's plugin registration directory in this container.")
+	httpEndpoint := flag.String("http-endpoint", "", "Address of /healthz, e.g. :9810 (empty: none).")
+	flag.Int("v", 0, "Log verbosity (accepted, as upstream's).")
 	flag.Parse()
+	if *httpEndpoint != "" {
+		go serveHealth(*httpEndpoint)
+	}
 	if err := run(*csiAddress, *endpoint, *regDir); err != nil {
 		fmt.Fprintln(os.Stderr, "registrar:", err)
+		os.Exit(1)
+	}
+}
+
+// serveHealth answers /healthz with 200 (the process serves registration
+// as long as it runs).
+func serveHealth(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.ListenAndServe(); err != nil {
+		fmt.Fprintln(os.Stderr, "registrar: health endpoint:", err)
 		os.Exit(1)
 	}
 }
