@@ -6,10 +6,15 @@
 // Each node has its own directory (kubelet's root, containerd's root,
 // state and socket, the pods' logs), its own kubelet ports on 127.0.0.1,
 // its own cgroupRoot (cgroupfs driver on cgroup v1, failCgroupV1: false),
-// and its own CNI bridge and pod subnet. A host-wide slot (a lock file in
-// the temp dir) keeps the bridges, subnets and cgroups of concurrent test
-// processes apart. docs/real-nodes.md lists the kubelet and containerd
-// settings and why.
+// and its own CNI bridge and pod subnet. Its kubelet and containerd run in
+// a mount namespace of its own where /var/lib/kubelet and /var/lib/csi-mock
+// are the node's (NodePaths), so that DaemonSets' hostPath volumes work as
+// on machines of their own; its pods reach the API server at the
+// kubernetes Service's address through a NAT rule of the node's. A
+// host-wide slot (a lock file in the temp dir) keeps the bridges, subnets,
+// NAT chains and cgroups of concurrent test processes apart, and lets the
+// next run clean up after a killed one. docs/real-nodes.md lists the
+// kubelet and containerd settings and why.
 //
 // The binaries come from the Go modules: kubelet from the control plane's
 // nested module (the pinned k8s.io/kubernetes), containerd, its runc shim,
