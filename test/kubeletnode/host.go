@@ -16,10 +16,15 @@ import (
 )
 
 // hostPackages are the Debian packages whose commands a node runs: runc
-// (containerd's runtime), iptables (the CNI bridge plugin and kubelet's
-// canary chains), mount (util-linux, for kubelet's mounter) and ip (iproute2,
-// to remove a node's bridge).
-var hostPackages = map[string]string{"runc": "runc", "iptables": "iptables", "mount": "mount", "ip": "iproute2"}
+// (containerd's runtime), iptables (the node's NAT chain for the API
+// server's Service; kubelet's canary chains), mount (util-linux, for
+// kubelet's mounter and the node's mount namespace), unshare and nsenter
+// (util-linux, the node's mount namespace) and ip (iproute2, the node's
+// bridge).
+var hostPackages = map[string]string{
+	"runc": "runc", "iptables": "iptables", "mount": "mount",
+	"unshare": "util-linux", "nsenter": "util-linux", "ip": "iproute2",
+}
 
 // requiredControllers are the cgroup v1 controllers that kubelet and runc
 // need for pods on a node.
