@@ -49,7 +49,8 @@ $(PROGRESS): $(wildcard test/cmd/progress/*.go)
 	@mkdir -p $(dir $@)
 	@$(GO) build -o $@ ./test/cmd/progress
 
-## controlplane: build (or find cached) etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+## controlplane: build (or find cached) etcd, kube-apiserver, kube-controller-manager and kube-scheduler,
+## upstream external-provisioner, and kubelet, containerd and the CNI plugins of the real nodes
 controlplane: $(PROGRESS)
 	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/cmd/controlplane
 
@@ -61,6 +62,7 @@ test: $(PROGRESS)
 	@echo "==> [1/6] Go modules (the first run downloads them)"
 	@$(PROGRESS) -label "modules" -- $(GO) mod download
 	@cd test/controlplane/k8s && ../../../$(PROGRESS) -label "modules of the control plane" -- $(GO) mod download
+	@cd test/kubeletnode/mod && ../../../$(PROGRESS) -label "modules of the real nodes' runtime" -- $(GO) mod download
 	@cd tools/dockerfile && ../../$(PROGRESS) -label "modules of the Dockerfile check" -- $(GO) mod download
 	@cd test/manifests/oldkustomize && ../../../$(PROGRESS) -label "modules of the oldest kustomize" -- $(GO) mod download
 	@echo "==> [2/6] gofmt"
@@ -69,7 +71,7 @@ test: $(PROGRESS)
 	@echo "==> [3/6] build bin/ (the first run compiles Kubernetes libraries: about 6 minutes on 2 cores)"
 	@mkdir -p bin
 	@$(PROGRESS) -label "build bin/" -packages -- $(GO) build -v -tags '$(BUILDTAGS)' -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
-	@echo "==> [4/6] control plane and upstream external-provisioner (built once per go.sum and Go version, cached in the user cache dir)"
+	@echo "==> [4/6] control plane, upstream external-provisioner, kubelet and containerd (built once per go.sum and Go version, cached in the user cache dir)"
 	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/cmd/controlplane
 	@echo "==> [5/6] go vet (packages without tests; go test vets the others)"
 	@$(PROGRESS) -label "go vet" -- $(GO) vet $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)

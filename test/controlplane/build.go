@@ -128,6 +128,13 @@ const progressEvery = 30 * time.Second
 // (the rest come from Go's build cache). On failure the error carries the
 // output that was not a package name.
 func goBuildWithProgress(ctx context.Context, what, modDir, outDir string, targets []string) error {
+	return GoBuildWithProgress(ctx, what, modDir, outDir, "", targets)
+}
+
+// GoBuildWithProgress is goBuildWithProgress for other test packages, with
+// build tags (comma-separated, empty for none): `go build -v -ldflags=-s -w`
+// of targets in modDir into outDir, logging every 30 s how far it is.
+func GoBuildWithProgress(ctx context.Context, what, modDir, outDir, tags string, targets []string) error {
 	logger := klog.FromContext(ctx)
 	total := 0
 	list, cleanup := goCommand(ctx, modDir, append([]string{"list", "-deps"}, targets...)...)
@@ -138,7 +145,11 @@ func goBuildWithProgress(ctx context.Context, what, modDir, outDir string, targe
 	}
 	// No DWARF (-s -w): the binaries are run, never debugged, and the four
 	// links take a third less time.
-	cmd, cleanup := goCommand(ctx, modDir, append([]string{"build", "-v", "-ldflags=-s -w", "-o", outDir + string(filepath.Separator)}, targets...)...)
+	args := []string{"build", "-v", "-ldflags=-s -w", "-o", outDir + string(filepath.Separator)}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd, cleanup := goCommand(ctx, modDir, append(args, targets...)...)
 	defer cleanup()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -237,6 +248,11 @@ func linkBuilt(dir, outDir string, pkgs []string) error {
 	}
 	return nil
 }
+
+// LockFile takes an exclusive lock on path (created if missing), waiting
+// for other processes that hold it (and saying so, as lockFile), and
+// returns the unlock function.
+func LockFile(ctx context.Context, path, what string) (func(), error) { return lockFile(ctx, path, what) }
 
 // lockFile takes the exclusive lock on path. While another process holds
 // it (one that builds what) it says so, and again every progressEvery, so

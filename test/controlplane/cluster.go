@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -94,6 +95,8 @@ type Cluster struct {
 	core    []*Process
 	procs   []*Process
 	stopped bool
+	// onStop run first in Stop, last registered first.
+	onStop []func() error
 	// the scheduler's command line, for RestartScheduler.
 	sched           *Process
 	schedBinary     string
@@ -334,6 +337,11 @@ func (c *Cluster) controllerManagerArgs(controllers []string, port int) []string
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(c.Dir, "kcm-certs"),
 		"--pvclaimbinder-sync-period=2s",
+		// The CA of kube-apiserver's self-signed serving certificate (it
+		// writes the CA after the serving certificate), which the root CA
+		// publisher (when in Options.Controllers) puts in every namespace's
+		// kube-root-ca.crt ConfigMap, for pods' service-account volumes.
+		"--root-ca-file=" + filepath.Join(c.Dir, "apiserver-certs", "apiserver.crt"),
 	}
 }
 
@@ -565,9 +573,19 @@ current-context: local
 	return path, os.WriteFile(path, []byte(data), 0o600)
 }
 
-// Stop stops the processes started with StartProcess, then the scheduler
-// and controller manager, then kube-apiserver, then etcd (SIGTERM, SIGKILL
-// after 15 s), and removes the temp dir. It is idempotent.
+// OnStop registers f to run at the start of Stop, before any process is
+// stopped (the last registered first), e.g. to stop real nodes while the
+// API server still answers them. Stop reports f's error.
+func (c *Cluster) OnStop(f func() error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onStop = append(c.onStop, f)
+}
+
+// Stop runs the OnStop functions, stops the processes started with
+// StartProcess, then the scheduler and controller manager, then
+// kube-apiserver, then etcd (SIGTERM, SIGKILL after 15 s), and removes the
+// temp dir. It is idempotent.
 func (c *Cluster) Stop() error {
 	c.mu.Lock()
 	if c.stopped {
@@ -575,8 +593,14 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopped = true
-	procs, core := c.procs, c.core
+	procs, core, onStop := c.procs, c.core, c.onStop
 	c.mu.Unlock()
+	var errs []error
+	for i := len(onStop) - 1; i >= 0; i-- {
+		if err := onStop[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	var wg sync.WaitGroup
 	for _, p := range procs {
 		wg.Add(1)
@@ -586,7 +610,7 @@ func (c *Cluster) Stop() error {
 	for i := len(core) - 1; i >= 0; i-- {
 		core[i].Stop(15 * time.Second)
 	}
-	return os.RemoveAll(c.Dir)
+	return errors.Join(append(errs, os.RemoveAll(c.Dir))...)
 }
 
 // DumpLogs writes where the logs are and the last lines of each.
