@@ -58,23 +58,6 @@ var (
 	sides    = []side{ours, upstream}
 )
 
-// profile is a set of provisioner flags; every profile runs one
-// provisioner and one mock controller per side, with a driver name of its
-// own.
-type profile string
-
-const (
-	profileDefault     profile = "default"
-	profileStrict      profile = "strict"
-	profileNoImmediate profile = "noimmediate"
-)
-
-var profiles = map[profile][]string{
-	profileDefault:     nil,
-	profileStrict:      {"--strict-topology"},
-	profileNoImmediate: {"--immediate-topology=false"},
-}
-
 // driverName is the mock driver name of a profile and side; both sides of
 // profileMigration serve the migration target's name.
 func driverName(p profile, s side) string {
@@ -124,7 +107,8 @@ func TestMain(m *testing.M) {
 		// Only the doc is rewritten: no control plane.
 		os.Exit(m.Run())
 	}
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{SnapshotCRDs: true}, func(ctx context.Context, c *controlplane.Cluster) error {
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{SnapshotCRDs: true,
+		APIServerArgs: []string{crossNamespaceGate}}, func(ctx context.Context, c *controlplane.Cluster) error {
 		var err error
 		env, err = setup(ctx, c)
 		return err
@@ -146,6 +130,9 @@ func setup(ctx context.Context, c *controlplane.Cluster) (*harness, error) {
 	if h.upstream, err = controlplane.BuildUpstream(ctx, c.RepoRoot); err != nil {
 		return nil, err
 	}
+	if err := c.InstallReferenceGrantCRD(ctx); err != nil {
+		return nil, err
+	}
 	if err := h.rbac(ctx); err != nil {
 		return nil, err
 	}
@@ -158,10 +145,10 @@ func setup(ctx context.Context, c *controlplane.Cluster) (*harness, error) {
 	if err := h.nodes(ctx, drivers); err != nil {
 		return nil, err
 	}
-	for p, flags := range profiles {
+	for p, spec := range profiles {
 		h.instances[p] = map[side]*instance{}
 		for _, s := range sides {
-			in, err := h.start(ctx, p, s, flags)
+			in, err := h.start(ctx, p, s, spec)
 			if err != nil {
 				return nil, err
 			}
@@ -173,9 +160,10 @@ func setup(ctx context.Context, c *controlplane.Cluster) (*harness, error) {
 
 // rbac applies upstream's unmodified rbac.yaml (ServiceAccount
 // default/csi-provisioner) plus what a vendor of upstream adds for the
-// features the corpus uses: get and list on secrets (the rule upstream's
-// file carries commented out) and get on VolumeAttributesClasses (upstream
-// reads a claim's class with a GET; its file grants nothing on them). Both
+// features the corpus uses: get and list on secrets and get, list and
+// watch on ReferenceGrants (rules upstream's file carries commented out)
+// and get on VolumeAttributesClasses (upstream reads a claim's class with
+// a GET; its file grants nothing on them). Both
 // sides run under this ServiceAccount, as a vendor swapping the image
 // would; with -conformance.deploy-rbac ours runs under deploy/'s
 // (csi-topology/csi-provisioner, with the same additions) instead.
@@ -199,6 +187,9 @@ rules:
 - apiGroups: ["storage.k8s.io"]
   resources: ["volumeattributesclasses"]
   verbs: ["get"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["referencegrants"]
+  verbs: ["get", "list", "watch"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -256,8 +247,9 @@ func (h *harness) nodes(ctx context.Context, drivers []string) error {
 }
 
 // start runs the mock controller of driverName(p, s) and its provisioner,
-// ours or upstream's, with the same flags.
-func (h *harness) start(ctx context.Context, p profile, s side, flags []string) (*instance, error) {
+// ours or upstream's, with the same flags (and upstream's own of the
+// profile).
+func (h *harness) start(ctx context.Context, p profile, s side, spec profileSpec) (*instance, error) {
 	in := &instance{driver: driverName(p, s), socket: filepath.Join(h.cluster.Dir, fmt.Sprintf("%s-%s.sock", p, s.name))}
 	segs := make([]string, 0, len(zones))
 	for _, z := range zones {
@@ -276,10 +268,10 @@ func (h *harness) start(ctx context.Context, p profile, s side, flags []string) 
 		return nil, err
 	}
 	in.adminURL = "http://" + admin
-	if in.mock, err = h.cluster.StartProcess(fmt.Sprintf("mock-%s-%s", p, s.name), filepath.Join(h.binDir, "mock-driver"), []string{
+	if in.mock, err = h.cluster.StartProcess(fmt.Sprintf("mock-%s-%s", p, s.name), filepath.Join(h.binDir, "mock-driver"), append([]string{
 		"--mode=controller", "--name=" + in.driver, "--endpoint=unix://" + in.socket, "--segments-file=" + segFile,
 		"--admin-address=" + admin, "-v=2",
-	}, nil); err != nil {
+	}, spec.mockArgs...), nil); err != nil {
 		return nil, err
 	}
 	if err := h.cluster.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
@@ -300,8 +292,11 @@ func (h *harness) start(ctx context.Context, p profile, s side, flags []string) 
 		"--csi-address=unix://" + in.socket, "--kubeconfig=" + kubeconf, "--leader-election=false",
 		"--feature-gates=Topology=true", "--extra-create-metadata", "--http-endpoint=" + metrics,
 		"--retry-interval-start=500ms", "--retry-interval-max=4s", "--timeout=10s", "-v=4",
-	}, flags...)
-	if in.prov, err = h.cluster.StartProcess(fmt.Sprintf("provisioner-%s-%s", p, s.name), binary, args, nil); err != nil {
+	}, spec.flags...)
+	if s == upstream {
+		args = append(args, spec.upstreamFlags...)
+	}
+	if in.prov, err = h.cluster.StartProcess(fmt.Sprintf("provisioner-%s-%s", p, s.name), binary, args, spec.env); err != nil {
 		return nil, err
 	}
 	return in, h.cluster.WaitFor(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
