@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"testing"
@@ -145,17 +146,38 @@ func setup(ctx context.Context, c *controlplane.Cluster) (*harness, error) {
 	if err := h.nodes(ctx, drivers); err != nil {
 		return nil, err
 	}
-	for p, spec := range profiles {
+	return h, h.startAll(ctx)
+}
+
+// startAll starts every profile's instances of both sides at once (each
+// waits for its own mock driver and provisioner) and returns the first
+// error.
+func (h *harness) startAll(ctx context.Context) error {
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		first error
+	)
+	for p := range profiles {
 		h.instances[p] = map[side]*instance{}
+	}
+	for p, spec := range profiles {
 		for _, s := range sides {
-			in, err := h.start(ctx, p, s, spec)
-			if err != nil {
-				return nil, err
-			}
-			h.instances[p][s] = in
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in, err := h.start(ctx, p, s, spec)
+				mu.Lock()
+				defer mu.Unlock()
+				h.instances[p][s] = in
+				if err != nil && first == nil {
+					first = err
+				}
+			}()
 		}
 	}
-	return h, nil
+	wg.Wait()
+	return first
 }
 
 // rbac applies upstream's unmodified rbac.yaml (ServiceAccount
@@ -274,7 +296,7 @@ func (h *harness) start(ctx context.Context, p profile, s side, spec profileSpec
 	}, spec.mockArgs...), nil); err != nil {
 		return nil, err
 	}
-	if err := h.cluster.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+	if err := h.cluster.WaitFor(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
 		return lab.AdminCall(ctx, in.adminURL, "GET", "/healthz", nil, nil) == nil, nil
 	}); err != nil {
 		return nil, fmt.Errorf("mock controller %s: %w", in.driver, err)
