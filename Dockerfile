@@ -2,8 +2,11 @@
 # `make image` (tools/image) builds without a container engine: a static
 # binary (CGO_ENABLED=0, -trimpath, the Makefile's -ldflags) on no base image
 # but the base files of tools/image (/etc/passwd and /etc/group with the
-# nonroot user 65532, /home/nonroot, /tmp), user 65532:65532, entrypoint
-# /<binary>, the org.opencontainers.image.* labels.
+# nonroot user 65532, /home/nonroot, /tmp), entrypoint /<binary>, the
+# org.opencontainers.image.* labels, and the user: root (0:0) for the
+# sidecars that dial a CSI driver's socket (csi-provisioner and
+# csi-node-publisher, as upstream external-provisioner's image, which runs as
+# root), nonroot (65532:65532) for the others (imagebuild.UserOf).
 #
 #   docker buildx build --target csi-provisioner --platform linux/amd64,linux/arm64 \
 #     --build-arg VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
@@ -44,7 +47,7 @@ RUN KUBE_VERSION="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)" && \
       -ldflags "-s -w -X main.version=${VERSION} -X k8s.io/component-base/version.gitVersion=${KUBE_VERSION}" \
       -o /out/ ./cmd/...
 
-# What every image shares: the base files, the user, the labels.
+# What every image shares: the base files and the labels.
 FROM scratch AS runtime
 COPY --from=builder /rootfs/ /
 ARG VERSION
@@ -57,41 +60,50 @@ LABEL org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="${LICENSES}"
-USER 65532:65532
 WORKDIR /
 
-FROM runtime AS csi-node-publisher
+# The sidecars that connect to a CSI driver's unix socket run as root: most
+# drivers run as root and create their socket 0755, which only root may
+# connect to (docs/install.md#the-images-users).
+FROM runtime AS runtime-root
+USER 0:0
+
+# The others talk to the API server or serve HTTP, or create their socket.
+FROM runtime AS runtime-nonroot
+USER 65532:65532
+
+FROM runtime-root AS csi-node-publisher
 COPY --from=builder /out/csi-node-publisher /csi-node-publisher
 LABEL org.opencontainers.image.title="csi-node-publisher"
 ENTRYPOINT ["/csi-node-publisher"]
 
-FROM runtime AS csi-node-router
+FROM runtime-nonroot AS csi-node-router
 COPY --from=builder /out/csi-node-router /csi-node-router
 LABEL org.opencontainers.image.title="csi-node-router"
 ENTRYPOINT ["/csi-node-router"]
 
-FROM runtime AS csi-topology-scheduler
+FROM runtime-nonroot AS csi-topology-scheduler
 COPY --from=builder /out/csi-topology-scheduler /csi-topology-scheduler
 LABEL org.opencontainers.image.title="csi-topology-scheduler"
 ENTRYPOINT ["/csi-topology-scheduler"]
 
-FROM runtime AS csi-scheduler-extender
+FROM runtime-nonroot AS csi-scheduler-extender
 COPY --from=builder /out/csi-scheduler-extender /csi-scheduler-extender
 LABEL org.opencontainers.image.title="csi-scheduler-extender"
 ENTRYPOINT ["/csi-scheduler-extender"]
 
-FROM runtime AS mock-driver
+FROM runtime-nonroot AS mock-driver
 COPY --from=builder /out/mock-driver /mock-driver
 LABEL org.opencontainers.image.title="mock-driver"
 ENTRYPOINT ["/mock-driver"]
 
-FROM runtime AS kubectl-csi_topology
+FROM runtime-nonroot AS kubectl-csi_topology
 COPY --from=builder /out/kubectl-csi_topology /kubectl-csi_topology
 LABEL org.opencontainers.image.title="kubectl-csi_topology"
 ENTRYPOINT ["/kubectl-csi_topology"]
 
 # The last stage, what a build without --target gives: the provisioner.
-FROM runtime AS csi-provisioner
+FROM runtime-root AS csi-provisioner
 COPY --from=builder /out/csi-provisioner /csi-provisioner
 LABEL org.opencontainers.image.title="csi-provisioner"
 ENTRYPOINT ["/csi-provisioner"]

@@ -33,10 +33,11 @@ PROGRESS  := .cache/tools/progress
 
 all: build
 
-## build: all binaries into bin/, static, version from git
-build:
+## build: all binaries into bin/, static, version from git; a status line at least every 30 s (the first build
+## compiles the Kubernetes libraries: about 8 minutes on 2 cores)
+build: $(PROGRESS)
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -tags '$(BUILDTAGS)' -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
+	@$(PROGRESS) -label "build bin/" -packages -- $(GO) build -v -tags '$(BUILDTAGS)' -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
 
 ## lint: gofmt and go vet
 lint:
@@ -128,7 +129,7 @@ conformance: build
 ## it but not SIGINT, so the program watches make's signal handlers in /proc
 ## and stops when make handles a fatal signal (test/cmd/run/stop.go).
 run: build
-	CGO_ENABLED=0 $(GO) build -o bin/run ./test/cmd/run
+	@$(PROGRESS) -label "build bin/run" -packages -- $(GO) build -v -o bin/run ./test/cmd/run
 	exec bin/run --bin-dir=bin $(ARGS)
 
 ## image: the images for IMAGE_PLATFORMS without a container engine (tools/image): bin/images/<binary>/ (OCI layout, multi-platform index) and bin/images/<binary>-<arch>.tar (docker load), tagged and stamped with VERSION

@@ -27,6 +27,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 )
@@ -63,7 +64,7 @@ func parseArgs(args []string) (config, *logging.Options, error) {
 	var c config
 	fs := flag.NewFlagSet("csi-node-publisher", flag.ContinueOnError)
 	logOpts := logging.AddFlags(fs)
-	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "Address of the CSI driver's node socket.")
+	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "The CSI driver's node socket: an absolute path or unix:///absolute/path. Waited for until it accepts connections.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.StringVar(&c.publisher.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default: $NODE_NAME).")
 	fs.Int64Var(&c.publisher.ReservedVolumes, "reserved-volumes", 0, "Volumes subtracted from the driver's max_volumes_per_node (e.g. for volumes not managed by Kubernetes).")
@@ -166,11 +167,21 @@ func run(ctx context.Context, cfg config) error {
 		srv := httpendpoint.Serve(ctx, lis, mux)
 		defer srv.Close()
 	}
-	conn, err := connection.Connect(ctx, cfg.csiAddress, nil)
+	// Waiting first says why the socket cannot be dialled yet (missing,
+	// nobody listening, not writable by this process's user).
+	path, err := driverconn.WaitForSocket(ctx, cfg.csiAddress)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the driver
+		}
+		return err
+	}
+	conn, err := connection.Connect(ctx, "unix://"+path, nil)
 	if err != nil {
 		return fmt.Errorf("connecting to the CSI driver at %q: %w", cfg.csiAddress, err)
 	}
 	defer conn.Close()
+	klog.FromContext(ctx).Info("Connected to CSI driver", "path", path)
 
 	driver := struct {
 		csi.IdentityClient

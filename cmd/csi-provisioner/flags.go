@@ -86,7 +86,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.Var(c.featureGates, "feature-gates", featureGatesUsage())
 	c.podName, c.podNamespace = os.Getenv("POD_NAME"), os.Getenv("NAMESPACE")
 	fs.DurationVar(&p.Timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
-	fs.DurationVar(&c.probeTimeout, "probe-timeout", time.Second, "Timeout of one driver Probe at start-up.")
+	fs.DurationVar(&c.probeTimeout, "probe-timeout", 0, "Timeout of one driver Probe at start-up (retried until the driver is ready); 0 means --timeout, as upstream.")
 	fs.IntVar(&c.controller.WorkerThreads, "worker-threads", 100, "Claims and volumes processed at once.")
 	fs.DurationVar(&c.controller.RetryIntervalStart, "retry-interval-start", time.Second, "First retry interval of a failed provision or delete; doubles on each failure.")
 	fs.DurationVar(&c.controller.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Largest retry interval of a failed provision or delete; a claim the driver refused with INVALID_ARGUMENT waits this long before its next attempt.")
@@ -97,8 +97,8 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.UintVar(&c.cloningProtectionThreads, "cloning-protection-threads", 1, "Data sources (claims, snapshots) whose protection finalizer is checked at once; 0 means 1.")
 	fs.BoolVar(&p.ControllerPublishReadOnly, "controller-publish-readonly", false, "Mark the PV read-only (spec.csi.readOnly) when the claim's only access mode is ReadOnlyMany, so that ControllerPublishVolume is called read-only.")
 	fs.StringVar(&p.DefaultFSType, "default-fstype", "", "Filesystem type when the class sets none.")
-	fs.StringVar(&p.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix of CSI volume names.")
-	fs.IntVar(&p.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncate the PVC UID in volume names to this length; -1 keeps it whole.")
+	fs.StringVar(&p.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix of the names of created volumes and of their PVs.")
+	fs.IntVar(&p.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncate the PVC UID (dashes removed) in volume and PV names to this length; -1 keeps it whole.")
 	fs.BoolVar(&c.controller.LeaderElection, "leader-election", false, "Provision only while holding a leader-election Lease.")
 	fs.StringVar(&c.controller.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the pod's namespace).")
 	fs.DurationVar(&c.controller.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "Leader-election lease duration.")
@@ -114,6 +114,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.Float64Var(&c.capacityQPS, "kube-api-capacity-qps", 5, "Upstream's name of --capacity-qps (upstream's default is 1).")
 	fs.IntVar(&c.capacityBurst, "kube-api-capacity-burst", 10, "Upstream's name of --capacity-burst (upstream's default is 5).")
 	fs.BoolVar(&c.inFlightRecord, "in-flight-record", true, "Record on each claim, before its first CreateVolume, that a volume of its name may exist (finalizer "+provisioner.InFlightRecordFinalizer+"), and delete that volume when the claim is deleted before it has a PV. false is UNSAFE: volumes leak as with upstream external-provisioner (its issues #486, #1469); it exists to show those leaks. See docs/operations.md.")
+	fs.BoolVar(&c.controller.BindThrough, "bind-through", false, "Bind each claim to its new PV right after creating it, writing what kube-controller-manager's PV controller would write, in --worker-threads parallel workers, so that claims are Bound at the provisioner's pace; the PV controller then finds nothing to write. Needs update on persistentvolumes/status, persistentvolumeclaims and persistentvolumeclaims/status (deploy/'s base RBAC grants them); without them the PV controller binds, as with false. See docs/configuration.md, \"Bind-through\".")
 	c.node.NodeName = os.Getenv("NODE_NAME")
 	fs.BoolVar(&c.nodeDeployment, "node-deployment", false, "Run as the instance of one node, beside a node-local driver ($NODE_NAME): provision only claims selected for that node, delete only its volumes, no leader election. See docs/node-deployment.md.")
 	fs.BoolVar(&c.node.ImmediateBinding, "node-deployment-immediate-binding", true, "With --node-deployment: take immediate-binding claims for this node (the instances race; one wins).")
@@ -147,6 +148,10 @@ func parseArgs(args []string, output io.Writer) (config, *logging.Options, error
 	}
 	if c.capacity.Namespace == "" {
 		c.capacity.Namespace = "default"
+	}
+	// Upstream bounds each start-up Probe by --timeout.
+	if c.probeTimeout <= 0 {
+		c.probeTimeout = c.controller.Provisioner.Timeout
 	}
 	if c.controller.LeaderElectionNamespace == "" {
 		c.controller.LeaderElectionNamespace = kubeclient.ServiceAccountNamespace(kubeclient.ServiceAccountNamespaceFile)

@@ -53,8 +53,10 @@ type upstreamFlag struct {
 var upstreamFlags = []upstreamFlag{
 	{name: "master", upstreamDefault: "", status: compatDefaultOnly,
 		note: "an API server URL without a kubeconfig is not supported; use --kubeconfig"},
-	{name: "volume-name-prefix", upstreamDefault: "pvc", status: compatSame},
-	{name: "volume-name-uuid-length", upstreamDefault: "-1", status: compatSame},
+	{name: "volume-name-prefix", upstreamDefault: "pvc", status: compatSame,
+		note: "names the volume and its PV `<prefix>-<claim UID>`, also in `csi.storage.k8s.io/pv/name` and `${pv.name}` (see [Names of volumes and PVs](#names-of-volumes-and-pvs))"},
+	{name: "volume-name-uuid-length", upstreamDefault: "-1", status: compatSame,
+		note: "the claim UID in the volume's and the PV's names, without dashes, cut to this length"},
 	{name: "retry-interval-start", upstreamDefault: "1s", status: compatSame},
 	{name: "retry-interval-max", upstreamDefault: "5m0s", status: compatSame},
 	{name: "worker-threads", upstreamDefault: "100", status: compatSame},

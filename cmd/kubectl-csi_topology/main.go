@@ -18,8 +18,10 @@ import (
 	"syscall"
 	"time"
 
+	snapclientset "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -108,7 +110,9 @@ func target(args []string) (kind, name string, err error) {
 
 // client loads the kubeconfig as kubectl does and returns a clientset and
 // the namespace to use.
-func client(c config) (kubernetes.Interface, string, error) {
+// client builds the clientset and, in c.opts, the VolumeSnapshot client
+// (restores are judged by where their snapshot's volume is).
+func client(c *config) (kubernetes.Interface, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = c.kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context})
@@ -126,6 +130,11 @@ func client(c config) (kubernetes.Interface, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	snaps := rest.CopyConfig(rc)
+	snaps.QPS, snaps.Burst, snaps.UserAgent = 50, 100, "kubectl-csi_topology/"+version
+	if c.opts.Snapshots, err = snapclientset.NewForConfig(snaps); err != nil {
+		return nil, "", fmt.Errorf("VolumeSnapshot client: %w", err)
+	}
 	return cs, ns, nil
 }
 
@@ -137,7 +146,7 @@ func run(ctx context.Context, c config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cs, ns, err := client(c)
+	cs, ns, err := client(&c)
 	if err != nil {
 		return err
 	}
@@ -178,7 +187,7 @@ func runAll(ctx context.Context, c config, stdout io.Writer) error {
 	if len(c.args) != 2 || c.args[0] != "explain" || !isClaimKind(c.args[1]) {
 		return errors.New("--all takes \"explain pvc\" without a name")
 	}
-	cs, ns, err := client(c)
+	cs, ns, err := client(&c)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func TestNamespaceFromKubeconfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, ns, err := client(c)
+		_, ns, err := client(&c)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.args, err)
 		}

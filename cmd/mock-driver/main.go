@@ -56,6 +56,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "NodeGetInfo max_volumes_per_node, also enforced per node by ControllerPublishVolume (0: no limit).")
 	fs.BoolVar(&o.cfg.DisableTopology, "disable-topology", false, "Do not advertise VOLUME_ACCESSIBILITY_CONSTRAINTS.")
 	fs.BoolVar(&o.cfg.DisableSnapshots, "disable-snapshots", false, "Do not advertise CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS (the snapshot calls are UNIMPLEMENTED).")
+	fs.BoolVar(&o.cfg.RegionalSnapshots, "regional-snapshots", false, "Restore a snapshot in any segment the accessibility requirements allow, like the clouds' regional snapshots; by default a restore is made in the snapshot's source segment only, like node-local storage.")
 	fs.BoolVar(&o.cfg.DisableCloning, "disable-cloning", false, "Do not advertise CLONE_VOLUME (CreateVolume refuses a volume source).")
 	fs.BoolVar(&o.cfg.DisableModify, "disable-modify", false, "Do not advertise MODIFY_VOLUME (ControllerModifyVolume is UNIMPLEMENTED, CreateVolume refuses mutable parameters).")
 	fs.StringVar(&o.mutable, "mutable-parameters", strings.Join(driver.DefaultMutableParameters, ","), "Comma-separated mutable parameter keys that CreateVolume and ControllerModifyVolume accept; other keys are INVALID_ARGUMENT.")

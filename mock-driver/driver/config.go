@@ -85,6 +85,12 @@ type Config struct {
 	// UNIMPLEMENTED and CreateVolume refuses a snapshot source with
 	// INVALID_ARGUMENT.
 	DisableSnapshots bool
+	// RegionalSnapshots restores a snapshot into any segment the
+	// accessibility requirements allow, as the clouds' zonal disks do
+	// (their snapshots are regional). Without it a restore is made in the
+	// snapshot's source segment only, as node-local storage does; a clone
+	// always is.
+	RegionalSnapshots bool
 	// DisableCloning stops advertising CLONE_VOLUME: CreateVolume refuses a
 	// volume source with INVALID_ARGUMENT.
 	DisableCloning bool

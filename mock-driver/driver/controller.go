@@ -201,8 +201,9 @@ type volumePlan struct {
 }
 
 // plan sizes and places a new volume (see requestedSize, place and
-// placeAt): an empty volume goes where the requirements allow, a clone or
-// restore only into its source's segment. An unknown source is NOT_FOUND.
+// placeAt): an empty volume, and a restore with Config.RegionalSnapshots,
+// goes where the requirements allow, a clone or other restore only into its
+// source's segment. An unknown source is NOT_FOUND.
 // Call it with the store locked (data is the store's).
 func (d *Driver) plan(data *state.Data, req *csi.CreateVolumeRequest, source *state.ContentSource) (volumePlan, error) {
 	var srcBytes int64
@@ -228,7 +229,7 @@ func (d *Driver) plan(data *state.Data, req *csi.CreateVolumeRequest, source *st
 	}
 	segs := d.usage(data.Volumes)
 	var seg segmentUsage
-	if source == nil {
+	if source == nil || (source.SnapshotID != "" && d.cfg.RegionalSnapshots) {
 		seg, err = place(segs, d.requirements(req), size, d.cfg.MaxVolumeBytes)
 	} else {
 		seg, err = placeAt(segs, srcSegment, d.requirements(req), size, d.cfg.MaxVolumeBytes)

@@ -32,7 +32,8 @@ func (r createReq) limit(bytes int64) createReq {
 }
 
 // A clone or restore goes into its source's segment, and only there: the
-// requirements can exclude it (RESOURCE_EXHAUSTED), never move it.
+// requirements can exclude it (RESOURCE_EXHAUSTED), never move it; with
+// regional snapshots a restore goes where the requirements allow.
 func TestCreateVolumeFromSource(t *testing.T) {
 	// z1 and z2 have 2 GiB each; the source (1 GiB, z2) and its snapshot
 	// exist in every case, so z2 has 1 GiB left.
@@ -88,6 +89,24 @@ func TestCreateVolumeFromSource(t *testing.T) {
 			wantCode: codes.InvalidArgument,
 		},
 		{
+			name:     "regional snapshots: a restore goes where preferred",
+			mutate:   func(c *Config) { c.RegionalSnapshots = true },
+			req:      makeCreate("c", gi).from(snapshotSource(snapID)).requisite("z1", "z2").preferred("z1"),
+			wantSize: gi, want: zone("z1"),
+		},
+		{
+			name:     "regional snapshots: a restore outside the snapshot's segment",
+			mutate:   func(c *Config) { c.RegionalSnapshots = true },
+			req:      makeCreate("c", gi).from(snapshotSource(snapID)).requisite("z1"),
+			wantSize: gi, want: zone("z1"),
+		},
+		{
+			name:     "regional snapshots: a clone still stays in its source's segment",
+			mutate:   func(c *Config) { c.RegionalSnapshots = true },
+			req:      makeCreate("c", gi).from(volumeSource(srcID)).requisite("z1"),
+			wantCode: codes.ResourceExhausted,
+		},
+		{
 			name:     "topology disabled: requirements ignored, still the source's segment",
 			mutate:   func(c *Config) { c.DisableTopology = true },
 			req:      makeCreate("c", gi).from(volumeSource(srcID)).requisite("z1"),
@@ -132,9 +151,16 @@ func TestCreateVolumeFromSource(t *testing.T) {
 			if diff := cmp.Diff(tc.req.GetVolumeContentSource(), vol.GetContentSource(), protocmp.Transform()); diff != "" {
 				t.Errorf("content source not echoed (-want +got):\n%s", diff)
 			}
-			// The clone counts against its segment like any volume.
+			// The copy counts against its segment like any volume.
 			for _, s := range d.Segments() {
-				if cmp.Equal(s.Topology, d.Volumes()[0].Segment) && s.UsedBytes != gi+tc.wantSize {
+				inSource := cmp.Equal(s.Topology, d.Volumes()[0].Segment)
+				if tc.want != nil && !cmp.Equal(tc.want, zone("z2")) {
+					if cmp.Equal(s.Topology, tc.want) && s.UsedBytes != tc.wantSize {
+						t.Errorf("the copy's segment uses %d bytes, want %d", s.UsedBytes, tc.wantSize)
+					}
+					continue
+				}
+				if inSource && s.UsedBytes != gi+tc.wantSize {
 					t.Errorf("the source's segment uses %d bytes, want %d", s.UsedBytes, gi+tc.wantSize)
 				}
 			}

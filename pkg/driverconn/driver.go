@@ -48,12 +48,9 @@ var errDriverUnusable = errors.New("CSI driver cannot provision volumes")
 // connection.Connect.
 func Connect(ctx context.Context, address string, mm metrics.CSIMetricsManager, probeTimeout time.Duration, opts ...connection.Option) (*grpc.ClientConn, DriverInfo, error) {
 	logger := klog.FromContext(ctx)
-	path, err := SocketPath(address)
+	path, err := WaitForSocket(ctx, address)
 	if err != nil {
 		return nil, DriverInfo{}, err
-	}
-	if err := waitForSocket(ctx, path, socketWait{}); err != nil {
-		return nil, DriverInfo{}, fmt.Errorf("waiting for the CSI driver socket %s: %w", path, err)
 	}
 	conn, err := connection.Connect(ctx, unixScheme+path, mm, opts...)
 	if err != nil {

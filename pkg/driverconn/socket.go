@@ -57,6 +57,22 @@ func SocketPath(address string) (string, error) {
 	return "", fmt.Errorf("%w: %q is a relative path; %s", errBadAddress, address, want)
 }
 
+// WaitForSocket returns the path of the unix socket address names (see
+// SocketPath) once something accepts connections on it, or ctx's error.
+// While it waits it logs why it cannot connect yet: the socket does not
+// exist, nothing listens, or this process may not connect (with the uid,
+// the owners and modes, and how to fix it).
+func WaitForSocket(ctx context.Context, address string) (string, error) {
+	path, err := SocketPath(address)
+	if err != nil {
+		return "", err
+	}
+	if err := waitForSocket(ctx, path, socketWait{}); err != nil {
+		return "", fmt.Errorf("waiting for the CSI driver socket %s: %w", path, err)
+	}
+	return path, nil
+}
+
 // socketWait configures waitForSocket.
 type socketWait struct {
 	// Interval between two attempts to dial the socket. Default 1s.
@@ -139,9 +155,35 @@ func socketProblem(path string, err error) string {
 			return "CSI driver address is a file that is not a socket; waiting for the driver to replace it"
 		}
 		return "CSI driver socket exists but nothing listens on it (driver not started yet, or gone); waiting for the driver"
-	case errors.Is(err, syscall.EACCES):
-		return "CSI driver socket is not accessible to this process (permission denied); waiting, check the socket's owner and mode"
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return permissionProblem(path, os.Getuid(), os.Getgid())
 	default:
 		return fmt.Sprintf("CSI driver socket cannot be dialled (%v); waiting for the driver", err)
 	}
+}
+
+// permissionProblem says in one line why a process of uid and gid may not
+// connect to the socket at path, and how to fix it. Connecting needs
+// search permission on every directory above the socket and write
+// permission on the socket itself; most CSI drivers run as root and create
+// their socket 0755 (root:root), which only root may connect to.
+func permissionProblem(path string, uid, gid int) string {
+	return fmt.Sprintf("Cannot connect to the CSI driver socket: permission denied for uid %d gid %d (socket %s, directory %s); "+
+		"run this container as the socket's owner (securityContext.runAsUser: 0, the image's default user) "+
+		"or have the driver make its socket group-writable and give both containers that group (runAsGroup or fsGroup); waiting",
+		uid, gid, describeOwner(path), describeOwner(filepath.Dir(path)))
+}
+
+// describeOwner is "uid U gid G mode M" of the file at path, or why it
+// cannot be read.
+func describeOwner(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Sprintf("not readable: %v", errors.Unwrap(err))
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "mode " + fi.Mode().String()
+	}
+	return fmt.Sprintf("uid %d gid %d mode %s", st.Uid, st.Gid, fi.Mode())
 }

@@ -10,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
 // Cause names a conclusion, for scripts (-o json).
@@ -41,8 +42,9 @@ const (
 	CauseNoAllowedSegment Cause = "NoAllowedSegment"
 	// CauseAttachLimit: the node's attach limit for the driver is reached.
 	CauseAttachLimit Cause = "AttachLimitReached"
-	// CauseSourceOutOfReach: a clone's source cannot be reached from where
-	// the claim may go.
+	// CauseSourceOutOfReach: the source of a clone, or of a restore that
+	// topology.CopyReach narrows, cannot be reached from where the claim may
+	// go.
 	CauseSourceOutOfReach Cause = "SourceOutOfReach"
 	// CauseNodeUnsuitable: the scheduler filter rejects the node(s) for
 	// another reason (its message says which).
@@ -291,7 +293,8 @@ func (e *explainer) concludeStatus(st *scheduler.Status, node string) bool {
 	case scheduler.ReasonVolumeLimitExceeded:
 		e.set(CauseAttachLimit, "attach limit reached on node %s: %s%s: move pods with volumes of %s off it, or let the pod go elsewhere", node, st.Message, others, driver)
 	case scheduler.ReasonDataSourceUnreachable:
-		e.set(CauseSourceOutOfReach, "the clone's source is out of reach of node %s: %s%s: run the pod where the source is reachable", node, st.Message, others)
+		e.set(CauseSourceOutOfReach, "the copy's source is out of reach of node %s: %s%s: run the pod where the source is reachable, or set annotation %s=%s on the class if the driver can copy anywhere", node, st.Message, others,
+			topology.AnnCopyPlacement, topology.CopyAnywhere)
 	default:
 		e.set(CauseNodeUnsuitable, "node %s is rejected: %s%s", node, st.String(), others)
 	}

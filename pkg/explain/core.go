@@ -2,6 +2,7 @@ package explain
 
 import (
 	"fmt"
+	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -119,6 +120,15 @@ func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *heartbea
 	core, err := scheduler.New(scheduler.Config{Driver: s.class.Provisioner}, l, counter, func() time.Time { return now })
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("scheduler core: %w", err)
+	}
+	if s.read[readSnapshot] {
+		snaps := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		if s.snapshot != nil {
+			if err := snaps.Add(s.snapshot); err != nil {
+				return nil, nil, nil, nil, fmt.Errorf("indexing: %w", err)
+			}
+		}
+		core.SetSnapshots(scheduler.NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps)))
 	}
 	if l.Capacities == nil {
 		caps = nil

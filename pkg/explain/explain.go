@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	snapclientset "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +24,10 @@ type Options struct {
 	HeartbeatNamespace string
 	// Now is the time the explanation is made at; zero means time.Now.
 	Now time.Time
+	// Snapshots reads the VolumeSnapshot a claim restores, to judge where
+	// the restore may be made (topology.CopyReach); nil: restores are not
+	// judged.
+	Snapshots snapclientset.Interface
 }
 
 // State is how a line of the chain came out.

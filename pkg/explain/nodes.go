@@ -15,30 +15,68 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
-// sourceLine says whether a clone's source can be reached from an allowed
-// segment (topology.Reach, the rule the provisioner and the filter share).
+// sourceLine says whether a clone's or a restore's source can be reached
+// from an allowed segment, by topology.CopyReach: the rule the provisioner
+// and the filter share.
 func (e *explainer) sourceLine() {
-	src := cloneSource(e.s.claim)
+	what := ""
+	restore := false
+	if src := cloneSource(e.s.claim); src != "" {
+		what = "clones claim " + src
+	} else if snap := restoreSource(e.s.claim); snap != "" {
+		restore = true
+		switch {
+		case e.s.snapshot == nil && e.s.read[readSnapshot]:
+			e.add("source", Fail, "restores VolumeSnapshot %s, which does not exist in %s", snap, e.s.claim.Namespace)
+			return
+		case e.s.snapshot == nil:
+			e.add("source", Unknown, "restores VolumeSnapshot %s, which could not be read: where it may be restored is not judged", snap)
+			return
+		case e.s.snapshot.Spec.Source.PersistentVolumeClaimName == nil:
+			e.add("source", Pass, "restores VolumeSnapshot %s of a pre-provisioned content: the driver decides where", snap)
+			return
+		}
+		what = fmt.Sprintf("restores VolumeSnapshot %s of claim %s", snap, *e.s.snapshot.Spec.Source.PersistentVolumeClaimName)
+	}
+	placement, err := topology.ClassCopyPlacement(e.s.class)
 	switch {
-	case src == "":
+	case what == "":
 		return
+	case err != nil:
+		e.add("source", Fail, "%s: %v", what, err)
 	case e.s.source == nil:
-		e.add("source", Fail, "clones claim %s, which does not exist in %s", src, e.s.claim.Namespace)
+		if restore {
+			e.add("source", Pass, "%s, which no longer exists: the driver decides where", what)
+			return
+		}
+		e.add("source", Fail, "%s, which does not exist in %s", what, e.s.claim.Namespace)
 	case e.s.sourceVolume == nil:
-		e.add("source", Unknown, "clones claim %s, whose volume is not bound or could not be read", src)
+		e.add("source", Unknown, "%s, whose volume is not bound or could not be read", what)
 	default:
-		reach := topology.Reach{Affinity: e.s.sourceVolume.Spec.NodeAffinity}
+		reach, basis := topology.CopyReach(topology.Copy{Restore: restore, Affinity: e.s.sourceVolume.Spec.NodeAffinity, Placement: placement},
+			topology.CSINodeKeys(e.csiNode, e.s.class.Provisioner))
 		if !reach.Constrained() {
-			e.add("source", Pass, "clones claim %s (PV %s), reachable from every node", src, e.s.sourceVolume.Name)
+			e.add("source", Pass, "%s (PV %s, reachable from %s): %s", what, e.s.sourceVolume.Name,
+				topology.Reach{Affinity: e.s.sourceVolume.Spec.NodeAffinity}, basis.Explain())
 			return
 		}
 		in := reach.FilterSegments(e.allowed)
 		if len(in) == 0 {
-			e.add("source", Fail, "clones claim %s, whose volume is reachable only from %s: no allowed segment is", src, reach)
+			e.add("source", Fail, "%s, whose volume is reachable only from %s (%s): no allowed segment is", what, reach, basis.Explain())
 			return
 		}
-		e.add("source", Pass, "clones claim %s, reachable from %s: allowed segment(s) %s", src, reach, segString(in))
+		e.add("source", Pass, "%s, reachable from %s (%s): allowed segment(s) %s", what, reach, basis.Explain(), segString(in))
 	}
+}
+
+// csiNode is the CSINode of that name that was read, or nil.
+func (e *explainer) csiNode(name string) *storagev1.CSINode {
+	for _, n := range e.s.csiNodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
 }
 
 // capacityLines give the published capacity of each allowed segment, its
@@ -211,15 +249,42 @@ func (e *explainer) nodeDetail(name string) {
 }
 
 // inFlightLine says whether the provisioner's in-flight record is on the
-// claim: a CreateVolume call may have made a volume that has no PV yet.
+// claim: a CreateVolume call may have made a volume that has no PV yet. A
+// PV that refers to the claim (by UID) is found whatever its name: the
+// provisioner names PVs after their volumes, <--volume-name-prefix>-<UID>,
+// which explain cannot know.
 func (e *explainer) inFlightLine() {
+	pv := e.claimPV()
 	for _, f := range e.s.claim.Finalizers {
-		if f == inFlightRecordFinalizer {
-			e.add("in-flight", Info, "in-flight record present: the provisioner called CreateVolume and the volume has no PV yet")
+		if f != inFlightRecordFinalizer {
+			continue
+		}
+		if pv != nil {
+			e.add("in-flight", Info, "in-flight record present; the volume's PV %s exists, and the record goes once the provisioner sees it", pv.Name)
 			return
 		}
+		e.add("in-flight", Info, "in-flight record present: the provisioner called CreateVolume and the volume has no PV yet")
+		return
+	}
+	if pv != nil && e.s.claim.Spec.VolumeName == "" {
+		e.add("in-flight", Info, "no in-flight record; PV %s exists for the claim, not bound yet", pv.Name)
+		return
 	}
 	e.add("in-flight", Info, "no in-flight record: no CreateVolume outstanding")
+}
+
+// claimPV is the PV the claim is bound to, or else a PV whose claimRef
+// names the claim by UID (made, not bound yet), nil when none was read.
+func (e *explainer) claimPV() *v1.PersistentVolume {
+	if e.s.volume != nil {
+		return e.s.volume
+	}
+	for _, pv := range e.s.volumes {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.UID == e.s.claim.UID {
+			return pv
+		}
+	}
+	return nil
 }
 
 // eventLines give the last provisioning Events with the driver's code.

@@ -3,6 +3,7 @@ package explain
 import (
 	"context"
 	"fmt"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"sort"
 	"strings"
 
@@ -39,7 +40,10 @@ type snapshot struct {
 	pods   []*v1.Pod
 	class  *storagev1.StorageClass
 	volume *v1.PersistentVolume
-	// source is the claim a clone copies, sourceVolume its PV.
+	// source is the claim a clone copies or a restored snapshot was taken
+	// of, sourceVolume its PV; snapshot is the VolumeSnapshot a restore
+	// names (nil: not a restore, not found, or not read).
+	snapshot     *snapv1.VolumeSnapshot
 	source       *v1.PersistentVolumeClaim
 	sourceVolume *v1.PersistentVolume
 	nodes        []*v1.Node
@@ -231,6 +235,7 @@ const (
 	readAttachments = "list volumeattachments (cluster-wide, for the attach-limit count)"
 	readClaims      = "list persistentvolumeclaims (all namespaces, for the attach-limit count)"
 	readPods        = "list pods (all namespaces, for the attach-limit count)"
-	readVolumes     = "list persistentvolumes (cluster-wide, for the attach-limit count)"
+	readVolumes     = "list persistentvolumes (cluster-wide, for the attach-limit count and the claim's PV before it is bound)"
 	readClasses     = "list storageclasses"
+	readSnapshot    = "get the volumesnapshot the claim restores"
 )

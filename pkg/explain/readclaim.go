@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"sort"
 
 	v1 "k8s.io/api/core/v1"
@@ -51,7 +52,13 @@ func (r *reader) readClaim(ctx context.Context, ns, name string) error {
 			return err
 		}
 	}
-	if src := cloneSource(claim); src != "" {
+	src := cloneSource(claim)
+	if snap := restoreSource(claim); snap != "" && r.opts.Snapshots != nil {
+		if src, err = r.readSnapshot(ctx, ns, snap); err != nil {
+			return err
+		}
+	}
+	if src != "" {
 		for _, cl := range r.s.nsClaims {
 			if cl.Name == src {
 				r.s.source = cl
@@ -151,6 +158,35 @@ func cloneSource(c *v1.PersistentVolumeClaim) string {
 		return ds.Name
 	}
 	return ""
+}
+
+// restoreSource is the VolumeSnapshot a claim restores, or "".
+func restoreSource(c *v1.PersistentVolumeClaim) string {
+	if ref := c.Spec.DataSourceRef; ref != nil && ref.Kind == "VolumeSnapshot" && ref.APIGroup != nil && *ref.APIGroup == snapv1.GroupName {
+		return ref.Name
+	}
+	if ds := c.Spec.DataSource; ds != nil && ds.Kind == "VolumeSnapshot" && ds.APIGroup != nil && *ds.APIGroup == snapv1.GroupName {
+		return ds.Name
+	}
+	return ""
+}
+
+// readSnapshot reads a restore's VolumeSnapshot and returns the claim it
+// was taken of ("" when unknown).
+func (r *reader) readSnapshot(ctx context.Context, ns, name string) (string, error) {
+	snap, err := r.opts.Snapshots.SnapshotV1().VolumeSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		r.s.read[readSnapshot] = true
+		return "", nil
+	}
+	if denied, err := r.deny(err, readSnapshot, rule(snapv1.GroupName, "volumesnapshots", "get")); denied || err != nil {
+		return "", err
+	}
+	r.s.snapshot = snap
+	if c := snap.Spec.Source.PersistentVolumeClaimName; c != nil {
+		return *c, nil
+	}
+	return "", nil
 }
 
 func usesClaim(p *v1.Pod, claim string) bool {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/bindthrough"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -54,6 +55,10 @@ type ControllerConfig struct {
 	// DriverStatus, when set, tells whether the driver answers
 	// (driverconn.Monitor.Status); see Deps.DriverStatus.
 	DriverStatus func() (connected bool, reason string)
+	// BindThrough makes the provisioner bind each claim to its new PV
+	// itself, as the PV controller would (pkg/bindthrough), with
+	// WorkerThreads workers.
+	BindThrough bool
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -131,6 +136,9 @@ type Controller struct {
 	// recordKeeper clears the in-flight records of deleted claims; nil when the
 	// record is off.
 	recordKeeper *inFlightRecordKeeper
+	// binder binds claims to their new PVs (ControllerConfig.BindThrough;
+	// nil otherwise).
+	binder *bindthrough.Binder
 }
 
 // NewController wires a Provisioner for the driver behind csiClient.
@@ -175,7 +183,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	libClient := clients.Work
 	var keeper *inFlightRecordKeeper
 	if p.records != nil {
-		if keeper, err = newInFlightRecordKeeper(ctx, p, inf.claims, inf.factory.Core().V1().PersistentVolumes().Lister(),
+		if keeper, err = newInFlightRecordKeeper(ctx, p, inf.claims, deps.ClaimVolumes,
 			inf.factory.Storage().V1().StorageClasses().Lister(), clients.Work.CoreV1(), clients.Events, cfg.Metrics); err != nil {
 			return nil, err
 		}
@@ -198,16 +206,30 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	opts := append(libraryOptions(cfg, inf, libClaims, libVolumes, deps.Retries), p.migration.libraryOptions(klog.FromContext(ctx))...)
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, deps.Decisions),
 		cfg.Provisioner.DriverName, p, opts...)
+	binder, err := newBinder(cfg, clients, inf)
+	if err != nil {
+		return nil, err
+	}
 	var nodeInformer cache.SharedIndexInformer
 	if inf.ownNodes {
 		nodeInformer = inf.nodes
 	}
 	return &Controller{cfg: cfg, clients: clients, factory: inf.factory, nodes: nodeInformer, nodeFactory: inf.ownNodeFactory, claimer: claimer,
-		provisioner: p, lib: lib, index: index, indexSynced: indexSynced,
+		provisioner: p, lib: lib, index: index, indexSynced: indexSynced, binder: binder,
 		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, recordKeeper: keeper}, nil
 }
 
 // withDefaults fills the clients left nil with Work.
+// newBinder is the binder of cfg.BindThrough, on the controller's informers
+// of claims and PVs (nil without it).
+func newBinder(cfg ControllerConfig, clients Clients, inf controllerInformers) (*bindthrough.Binder, error) {
+	if !cfg.BindThrough {
+		return nil, nil
+	}
+	return bindthrough.New(bindthrough.Config{DriverName: cfg.Provisioner.DriverName, Client: clients.Work,
+		Volumes: inf.volumes, Claims: inf.claims, Workers: cfg.WorkerThreads})
+}
+
 func (c Clients) withDefaults() Clients {
 	if c.Events == nil {
 		c.Events = c.Work
@@ -332,6 +354,9 @@ func newDeps(cfg ControllerConfig, clients Clients, csiClient ControllerClient, 
 		deps.ClaimPatcher = clients.Work.CoreV1()
 	}
 	deps.Retries = NewSlowRetries(workqueue.NewItemExponentialFailureRateLimiter(cfg.RetryIntervalStart, cfg.RetryIntervalMax), cfg.RetryIntervalMax)
+	if deps.ClaimVolumes, err = NewClaimVolumeIndex(inf.volumes); err != nil {
+		return Deps{}, nil, err
+	}
 	if cfg.Provisioner.SupportsAttach {
 		attachments = inf.factory.Storage().V1().VolumeAttachments().Informer()
 		if deps.Attachments, err = NewAttachmentIndex(attachments); err != nil {
@@ -449,6 +474,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		go c.sources.protection.Run(ctx)
 		if c.claimer != nil {
 			go c.claimer.run(ctx)
+		}
+		if c.binder != nil {
+			go c.binder.Run(ctx)
 		}
 		c.lib.Run(ctx)
 	}

@@ -55,8 +55,12 @@ type dataSource struct {
 	namespace, name string
 	// content goes into CreateVolume.
 	content *csi.VolumeContentSource
-	// reach is where the source volume can be read from.
-	reach topology.Reach
+	// reach is where the copy may be made (topology.CopyReach), and
+	// basis why; affinity is the source volume's node affinity (nil when
+	// unknown).
+	reach    topology.Reach
+	basis    topology.CopyBasis
+	affinity *v1.VolumeNodeAffinity
 }
 
 // String names the source, e.g. `PersistentVolumeClaim "apps/db"`.
@@ -81,8 +85,35 @@ const snapshotAPIWait = 5 * time.Second
 // and the topology requirements need of it; nil without a data source. A
 // populator's kind returns a *controller.IgnoredError after a Normal Event:
 // the populator makes the volume. Refusals wrap ErrSourceRefused (or
-// ErrInvalidClaim for what the claim itself gets wrong).
-func (p *Provisioner) resolveSource(ctx context.Context, claim *v1.PersistentVolumeClaim) (*dataSource, error) {
+// ErrInvalidClaim for what the claim itself gets wrong). Where the copy may
+// be made follows the rule of topology.CopyReach, with the class's
+// topology.AnnCopyPlacement.
+func (p *Provisioner) resolveSource(ctx context.Context, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass) (*dataSource, error) {
+	src, err := p.resolveSourceObject(ctx, claim)
+	if src == nil || err != nil {
+		return src, err
+	}
+	placement, err := topology.ClassCopyPlacement(class)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSourceRefused, err)
+	}
+	src.reach, src.basis = topology.CopyReach(topology.Copy{Restore: src.kind == kindSnapshot, Affinity: src.affinity, Placement: placement},
+		topology.CSINodeKeys(p.csiNode, p.cfg.DriverName))
+	return src, nil
+}
+
+// csiNode reads a CSINode from the informer, nil when it has none.
+func (p *Provisioner) csiNode(name string) *storagev1.CSINode {
+	n, err := p.deps.CSINodes.Get(name)
+	if err != nil {
+		return nil
+	}
+	return n
+}
+
+// resolveSourceObject checks the claim's data source object (see
+// resolveSource) and reads its source volume's affinity.
+func (p *Provisioner) resolveSourceObject(ctx context.Context, claim *v1.PersistentVolumeClaim) (*dataSource, error) {
 	ref := sourceprotection.ClaimRef(claim)
 	switch {
 	case ref == nil:
@@ -168,7 +199,7 @@ func (p *Provisioner) cloneSource(claim *v1.PersistentVolumeClaim, name string) 
 	}
 	src.content = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
 		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: pv.Spec.CSI.VolumeHandle}}}
-	src.reach = topology.Reach{Affinity: pv.Spec.NodeAffinity}
+	src.affinity = pv.Spec.NodeAffinity
 	return src, nil
 }
 
@@ -216,7 +247,7 @@ func (p *Provisioner) snapshotSource(ctx context.Context, claim *v1.PersistentVo
 	}
 	src.content = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: *content.Status.SnapshotHandle}}}
-	src.reach = p.snapshotReach(snap, content)
+	src.affinity = p.snapshotAffinity(snap, content)
 	return src, nil
 }
 
@@ -245,26 +276,29 @@ func (p *Provisioner) checkModeConversion(claim *v1.PersistentVolumeClaim, conte
 		want, src, had, annAllowVolumeModeChange, content.Name)
 }
 
-// snapshotReach is where the snapshot's source volume is, when that volume
-// still exists and is the one the snapshot was taken of; else unconstrained
-// (the driver decides).
-func (p *Provisioner) snapshotReach(snap *snapv1.VolumeSnapshot, content *snapv1.VolumeSnapshotContent) topology.Reach {
+// snapshotAffinity is the node affinity of the snapshot's source volume,
+// when that volume still exists and is the one the snapshot was taken of;
+// else nil (unknown: the restore is not narrowed, the driver decides).
+// VolumeSnapshotContent has no field for the snapshot's own topology (CSI
+// Snapshot.accessible_topology, KEP-5943) in the external-snapshotter
+// client modules served up to v8.7.0; see topology.CopyReach.
+func (p *Provisioner) snapshotAffinity(snap *snapv1.VolumeSnapshot, content *snapv1.VolumeSnapshotContent) *v1.VolumeNodeAffinity {
 	claimName := snap.Spec.Source.PersistentVolumeClaimName
 	if claimName == nil || p.deps.Claims == nil || p.deps.Volumes == nil {
-		return topology.Reach{}
+		return nil
 	}
 	source, err := p.deps.Claims.PersistentVolumeClaims(snap.Namespace).Get(*claimName)
 	if err != nil || source.Spec.VolumeName == "" {
-		return topology.Reach{}
+		return nil
 	}
 	pv, err := p.deps.Volumes.Get(source.Spec.VolumeName)
 	if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.cfg.DriverName {
-		return topology.Reach{}
+		return nil
 	}
 	if h := content.Spec.Source.VolumeHandle; h != nil && *h != pv.Spec.CSI.VolumeHandle {
-		return topology.Reach{} // the claim now has another volume
+		return nil // the claim now has another volume
 	}
-	return topology.Reach{Affinity: pv.Spec.NodeAffinity}
+	return pv.Spec.NodeAffinity
 }
 
 func restoreSize(snap *snapv1.VolumeSnapshot, content *snapv1.VolumeSnapshotContent) *resource.Quantity {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
 // sourcesFor wires listers, protection and an Event recorder for data
@@ -102,6 +103,16 @@ func boundSource(size, driverName, zone string, mode *v1.PersistentVolumeMode) (
 		pv.Spec.NodeAffinity = zoneAffinity(zone)
 	}
 	return claim, pv
+}
+
+// nodeBoundAffinity is the affinity of a node-local volume: zone and
+// kubernetes.io/hostname.
+func nodeBoundAffinity(zone, node string) *v1.VolumeNodeAffinity {
+	a := zoneAffinity(zone)
+	term := &a.Required.NodeSelectorTerms[0]
+	term.MatchExpressions = append(term.MatchExpressions,
+		v1.NodeSelectorRequirement{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{node}})
+	return a
 }
 
 func (c claimBuilder) cloneOf(name string) claimBuilder {
@@ -311,16 +322,27 @@ func snapshotPair(ready bool) (*snapv1.VolumeSnapshot, *snapv1.VolumeSnapshotCon
 func TestSnapshotRestore(t *testing.T) {
 	block := v1.PersistentVolumeBlock
 	for _, tc := range []struct {
-		name     string
-		ready    bool
-		noSnap   bool
-		claim    claimBuilder
-		mutate   func(*snapv1.VolumeSnapshot, *snapv1.VolumeSnapshotContent)
-		cfg      *Config
-		wantErr  string
-		wantZone string
+		name   string
+		ready  bool
+		noSnap bool
+		claim  claimBuilder
+		mutate func(*snapv1.VolumeSnapshot, *snapv1.VolumeSnapshotContent)
+		cfg    *Config
+		// placement is the class's copy-placement annotation; srcAffinity
+		// replaces the source PV's (zone z1).
+		placement   string
+		srcAffinity *v1.VolumeNodeAffinity
+		wantErr     string
+		wantZone    string
 	}{
-		{name: "restored in the source volume's zone", ready: true, claim: makePVC("r", "zonal").restoreOf("snap"), wantZone: "z1"},
+		{name: "snapshot of a zonal volume: restored anywhere, as upstream", ready: true, claim: makePVC("r", "zonal").restoreOf("snap"), wantZone: "any"},
+		{name: "snapshot of a node-bound volume: restored on its node", ready: true, claim: makePVC("r", "zonal").restoreOf("snap"),
+			srcAffinity: nodeBoundAffinity("z1", "n1"), wantZone: "z1"},
+		{name: "class keeps copies near the source", ready: true, claim: makePVC("r", "zonal").restoreOf("snap"), placement: "source", wantZone: "z1"},
+		{name: "class places copies anywhere, node-bound source", ready: true, claim: makePVC("r", "zonal").restoreOf("snap"),
+			srcAffinity: nodeBoundAffinity("z1", "n1"), placement: "anywhere", wantZone: "any"},
+		{name: "invalid copy placement", ready: true, claim: makePVC("r", "zonal").restoreOf("snap"), placement: "zone",
+			wantErr: `has annotation csi-topology-provisioner.io/copy-placement="zone"; use "auto", "source" or "anywhere"`},
 		{name: "not ready", ready: false, claim: makePVC("r", "zonal").restoreOf("snap"), wantErr: `VolumeSnapshot "apps/snap" is not ready to use yet`},
 		{name: "deleted snapshot", noSnap: true, claim: makePVC("r", "zonal").restoreOf("snap"), wantErr: `the VolumeSnapshot "apps/snap" does not exist`},
 		{name: "smaller than the restore size", ready: true, claim: makePVC("r", "zonal").restoreOf("snap").withSize("512Mi"),
@@ -333,19 +355,22 @@ func TestSnapshotRestore(t *testing.T) {
 		{name: "volume mode conversion allowed by the content", ready: true, claim: makePVC("r", "zonal").restoreOf("snap").withMode(block),
 			mutate: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
 				c.Annotations = map[string]string{annAllowVolumeModeChange: "true"}
-			}, wantZone: "z1"},
+			}, wantZone: "any"},
 		{name: "volume mode conversion with the check off", ready: true, claim: makePVC("r", "zonal").restoreOf("snap").withMode(block),
-			cfg: &Config{SupportsTopology: true, SupportsSnapshot: true}, wantZone: "z1"},
+			cfg: &Config{SupportsTopology: true, SupportsSnapshot: true}, wantZone: "any"},
 		{name: "driver cannot restore snapshots", ready: true, claim: makePVC("r", "zonal").restoreOf("snap"),
 			cfg: &Config{SupportsTopology: true}, wantErr: "lacks the CREATE_DELETE_SNAPSHOT controller capability"},
 		{name: "source volume replaced since the snapshot: no topology constraint", ready: true, claim: makePVC("r", "zonal").restoreOf("snap"),
-			mutate: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
+			placement: "source", mutate: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
 				h := "older-handle"
 				c.Spec.Source.VolumeHandle = &h
 			}, wantZone: "any"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srcClaim, srcPV := boundSource("1Gi", testDriver, "z1", nil)
+			if tc.srcAffinity != nil {
+				srcPV.Spec.NodeAffinity = tc.srcAffinity
+			}
 			snap, content := snapshotPair(tc.ready)
 			if tc.mutate != nil {
 				tc.mutate(snap, content)
@@ -360,7 +385,11 @@ func TestSnapshotRestore(t *testing.T) {
 			}
 			e := newEnv(t, envOptions{cfg: cfg, nodes: threeZones, objs: []runtime.Object{srcClaim, srcPV}, snapObjs: snapObjs,
 				sources: true, direct: copyingCSI{}})
-			_, state, err := e.provision(t, tc.claim.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
+			class := makeClass("zonal").immediate()
+			if tc.placement != "" {
+				class.Annotations = map[string]string{topology.AnnCopyPlacement: tc.placement}
+			}
+			_, state, err := e.provision(t, tc.claim.PersistentVolumeClaim, class.StorageClass, nil)
 			if tc.wantErr != "" {
 				if !errors.Is(err, ErrSourceRefused) || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want ErrSourceRefused saying %q", err, tc.wantErr)
@@ -447,5 +476,62 @@ func TestOrdinal(t *testing.T) {
 		if got := ordinal(n); got != want {
 			t.Errorf("ordinal(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// A delayed-binding copy whose node is in another zone than its source
+// volume (z1): a restore of a zonal volume is made there, as upstream does;
+// a restore of a node-bound volume and a clone go back to the scheduler,
+// and the class's copy-placement annotation overrides both.
+func TestCopyOnAnotherZone(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		clone       bool
+		srcAffinity *v1.VolumeNodeAffinity
+		placement   string
+		wantBack    string // "": made on n2
+	}{
+		{name: "restore of a zonal volume"},
+		{name: "restore of a node-bound volume", srcAffinity: nodeBoundAffinity("z1", "n1"),
+			wantBack: "the snapshot was taken of a node-bound volume, so it is restored on that node"},
+		{name: "restore, class keeps copies near the source", placement: "source",
+			wantBack: "keeps copies near their source"},
+		{name: "clone", clone: true, wantBack: "a clone is made where its source volume is reachable"},
+		{name: "clone, class places copies anywhere", clone: true, placement: "anywhere"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srcClaim, srcPV := boundSource("1Gi", testDriver, "z1", nil)
+			if tc.srcAffinity != nil {
+				srcPV.Spec.NodeAffinity = tc.srcAffinity
+			}
+			snap, content := snapshotPair(true)
+			e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, objs: []runtime.Object{srcClaim, srcPV},
+				snapObjs: []runtime.Object{snap, content}, sources: true, direct: copyingCSI{}})
+			claim := makePVC("copy", "zonal").restoreOf("snap").withSelectedNode("n2")
+			if tc.clone {
+				claim = makePVC("copy", "zonal").cloneOf("src").withSelectedNode("n2")
+			}
+			class := makeClass("zonal")
+			if tc.placement != "" {
+				class.Annotations = map[string]string{topology.AnnCopyPlacement: tc.placement}
+			}
+			_, state, err := e.provision(t, claim.PersistentVolumeClaim, class.StorageClass, makeNode("n2", "z2"))
+			if tc.wantBack != "" {
+				if state != controller.ProvisioningReschedule || !strings.Contains(err.Error(), string(RescheduleSourceUnreachable)) ||
+					!strings.Contains(err.Error(), tc.wantBack) {
+					t.Fatalf("Provision = %v, %v; want a reschedule (%s) saying %q", state, err, RescheduleSourceUnreachable, tc.wantBack)
+				}
+				if n := len(e.csi.creates); n != 0 {
+					t.Errorf("%d CreateVolume call(s) for a node that cannot reach the source", n)
+				}
+				return
+			}
+			if err != nil || state != controller.ProvisioningFinished {
+				t.Fatalf("Provision = %v, %v; want the copy made on n2", state, err)
+			}
+			if got := e.csi.lastCreate(t).GetAccessibilityRequirements().GetPreferred()[0].GetSegments()[zoneKey]; got != "z2" {
+				t.Errorf("preferred[0] zone = %q, want the node's z2", got)
+			}
+		})
 	}
 }

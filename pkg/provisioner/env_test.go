@@ -171,6 +171,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	claimVolumes, err := NewClaimVolumeIndex(factory.Core().V1().PersistentVolumes().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var srcs Sources
 	var snapCS *snapfake.Clientset
 	var events *record.FakeRecorder
@@ -207,7 +211,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	cfg := o.cfg
 	cfg.DriverName = driverName
 	deps := Deps{CSI: rec, Secrets: cs.CoreV1(), CSINodes: csiNodes.Lister(), Classes: classes, Index: index, Decisions: NewDecisionLog(),
-		Clock: o.clock, Metrics: o.metrics, Sources: srcs, DriverStatus: o.driverStatus}
+		Clock: o.clock, Metrics: o.metrics, Sources: srcs, DriverStatus: o.driverStatus, ClaimVolumes: claimVolumes}
 	if o.records {
 		deps.ClaimPatcher = cs.CoreV1()
 	}

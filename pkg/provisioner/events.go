@@ -32,6 +32,9 @@ type Decision struct {
 	// VolumeDeleted drops the Event: the new volume was deleted because
 	// its PV name was taken (the VolumeNameTaken Event says so).
 	VolumeDeleted bool
+	// NameTaken drops the Event: the PV name was held by another claim's
+	// PV of the same volume, so no PV was made (VolumeNameTaken says so).
+	NameTaken bool
 }
 
 // NewDecisionLog returns an empty DecisionLog.
@@ -49,6 +52,13 @@ func (l *DecisionLog) Record(uid types.UID, placement string) {
 // that the library's ProvisioningSucceeded Event for it is dropped.
 func (l *DecisionLog) RecordVolumeDeleted(uid types.UID) {
 	l.put(uid, Decision{VolumeDeleted: true})
+}
+
+// RecordNameTaken records that the claim's PV was not made because another
+// claim's PV holds its name and volume, so that the library's
+// ProvisioningSucceeded Event for it is dropped.
+func (l *DecisionLog) RecordNameTaken(uid types.UID) {
+	l.put(uid, Decision{NameTaken: true})
 }
 
 func (l *DecisionLog) put(uid types.UID, d Decision) {
@@ -116,8 +126,8 @@ func (e *trimmedEvents) rewrite(ev *v1.Event) (drop bool) {
 		return true
 	case reasonProvisioningSucceeded:
 		d, ok := e.log.Take(ev.InvolvedObject.UID)
-		if ok && d.VolumeDeleted {
-			return true // the volume was deleted; VolumeNameTaken says why
+		if ok && (d.VolumeDeleted || d.NameTaken) {
+			return true // no PV of the claim's volume; VolumeNameTaken says why
 		}
 		if ok && d.Placement != "" {
 			ev.Message += ": " + d.Placement

@@ -315,7 +315,7 @@ func (p *Provisioner) clearVolume(ctx context.Context, claim *v1.PersistentVolum
 // reason when neither is possible.
 func (p *Provisioner) rebuildRequest(ctx context.Context, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass) (*csi.CreateVolumeRequest, string) {
 	if class != nil {
-		opts := controller.ProvisionOptions{StorageClass: class, PVC: claim, PVName: "pvc-" + string(claim.UID)}
+		opts := controller.ProvisionOptions{StorageClass: class, PVC: claim, PVName: p.pvName(claim)}
 		req, err := p.buildCreateRequest(ctx, opts)
 		if err == nil {
 			if ref := req.secrets[secretProvisioner]; ref != nil {

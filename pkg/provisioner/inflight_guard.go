@@ -90,6 +90,9 @@ func (g *guardPVs) resolve(ctx context.Context, pv *v1.PersistentVolume) error {
 		logger.V(2).Info("PV already exists for this volume and claim")
 		return nil
 	}
+	if heldByOtherClaim(existing, pv) {
+		return g.nameCollision(ctx, pv, existing)
+	}
 	logger.Info("PV name held by another volume, deleting the new volume", "existingVolumeHandle", handleOf(existing),
 		"existingDeleting", existing.DeletionTimestamp != nil, "existingPhase", existing.Status.Phase)
 	if err := g.c.p.delete(ctx, pv, false); err != nil {
@@ -121,6 +124,40 @@ func holdsSameVolume(existing, want *v1.PersistentVolume) bool {
 		return true
 	}
 	return existing.Spec.ClaimRef != nil && existing.Spec.ClaimRef.UID == want.Spec.ClaimRef.UID
+}
+
+// heldByOtherClaim: existing holds the very volume we meant to give a PV,
+// for another claim (or none). With --volume-name-uuid-length two claims
+// can have the same volume name, and the driver then returns the first
+// claim's volume to the second's CreateVolume: that volume is not ours to
+// delete, whatever the state of its PV.
+func heldByOtherClaim(existing, want *v1.PersistentVolume) bool {
+	if existing.Spec.CSI == nil || existing.Spec.CSI.Driver != want.Spec.CSI.Driver ||
+		existing.Spec.CSI.VolumeHandle != want.Spec.CSI.VolumeHandle || want.Spec.ClaimRef == nil {
+		return false
+	}
+	return existing.Spec.ClaimRef == nil || existing.Spec.ClaimRef.UID != want.Spec.ClaimRef.UID
+}
+
+// nameCollision leaves the volume of another claim's PV alone: the PV is
+// not created, nothing is deleted, and a VolumeNameTaken Event tells the
+// claim (Provision refuses the claim from then on: checkExistingPV).
+func (g *guardPVs) nameCollision(ctx context.Context, pv, existing *v1.PersistentVolume) error {
+	owner := "no claim"
+	if ref := existing.Spec.ClaimRef; ref != nil {
+		owner = fmt.Sprintf("claim %s/%s (UID %s)", ref.Namespace, ref.Name, ref.UID)
+	}
+	klog.FromContext(ctx).Error(nil, "The volume's name is that of another claim's volume; leaving that volume alone", "pv", pv.Name,
+		"volumeHandle", pv.Spec.CSI.VolumeHandle, "owner", owner)
+	ref := pv.Spec.ClaimRef
+	if g.c.p.deps.Decisions != nil {
+		g.c.p.deps.Decisions.RecordNameTaken(ref.UID)
+	}
+	claim := &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID}
+	g.c.recorder.Eventf(claim, v1.EventTypeWarning, ReasonVolumeNameTaken,
+		"PV %q already exists for volume %q of %s: the name of this claim's volume is the same, and the driver returned that volume; it was left alone. Recreate the claim (it gets a new UID), or use a longer --volume-name-uuid-length",
+		pv.Name, handleOf(existing), owner)
+	return nil
 }
 
 func handleOf(pv *v1.PersistentVolume) string {

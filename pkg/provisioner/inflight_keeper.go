@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -36,9 +35,10 @@ const recordWorkers = 8
 // provisioning. It also counts the open records (claims with the finalizer
 // and no bound volume). Safe for concurrent use.
 type inFlightRecordKeeper struct {
-	p        *Provisioner
-	claims   cache.SharedIndexInformer
-	pvs      corelisters.PersistentVolumeLister
+	p      *Provisioner
+	claims cache.SharedIndexInformer
+	// pvs finds a claim's PVs by the claimRef UID (pvShown).
+	pvs      *ClaimVolumeIndex
 	classes  storagelisters.StorageClassLister
 	patcher  corev1client.PersistentVolumeClaimsGetter
 	recorder record.EventRecorder
@@ -90,7 +90,7 @@ func (m *inFlightRecordMetrics) clearedOne(o clearOutcome) {
 
 // newInFlightRecordKeeper watches claims for the records of p (which must have the
 // record on).
-func newInFlightRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedIndexInformer, pvs corelisters.PersistentVolumeLister,
+func newInFlightRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedIndexInformer, pvs *ClaimVolumeIndex,
 	classes storagelisters.StorageClassLister, patcher corev1client.PersistentVolumeClaimsGetter, events kubernetes.Interface,
 	reg metrics.KubeRegistry) (*inFlightRecordKeeper, error) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -300,7 +300,7 @@ func (k *inFlightRecordKeeper) sync(ctx context.Context, key cache.ObjectName) e
 	if err != nil {
 		return err
 	}
-	name := volumeName(k.p.cfg.VolumeNamePrefix, claim.UID, k.p.cfg.VolumeNameUUIDLength)
+	name := k.p.pvName(claim)
 	switch outcome {
 	case clearDeleted:
 		k.recorder.Eventf(claim, v1.EventTypeNormal, ReasonInFlightVolumeDeleted,
@@ -320,18 +320,11 @@ func (k *inFlightRecordKeeper) hasPV(claim *v1.PersistentVolumeClaim) bool {
 }
 
 // pvShown reports whether the PV informer holds a PV that refers to the
-// claim (claimRef UID): the one the claim is bound to, or the PV of its
-// deterministic name pvc-<claim UID>.
+// claim (claimRef UID), whatever its name: the one the claim is bound to,
+// the PV of its volume's name (pvName), or one an older build named
+// pvc-<claim UID>.
 func (k *inFlightRecordKeeper) pvShown(claim *v1.PersistentVolumeClaim) bool {
-	for _, name := range []string{claim.Spec.VolumeName, "pvc-" + string(claim.UID)} {
-		if name == "" {
-			continue
-		}
-		if pv, err := k.pvs.Get(name); err == nil && pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == claim.UID {
-			return true
-		}
-	}
-	return false
+	return len(k.pvs.Of(claim.UID)) > 0
 }
 
 // class returns the claim's StorageClass if it still exists and is of this

@@ -126,11 +126,14 @@ func newResidueKeeper(ctx context.Context, cfg ControllerConfig, clients Clients
 	if events == nil {
 		events = clients.Work
 	}
-	k, err := newInFlightRecordKeeper(ctx, p, claims, pvs.Lister(), classes.Lister(), clients.Work.CoreV1(), events, nil)
+	volumes, err := NewClaimVolumeIndex(pvs.Informer())
 	if err != nil {
 		return nil, err
 	}
-	pvs.Informer()
+	k, err := newInFlightRecordKeeper(ctx, p, claims, volumes, classes.Lister(), clients.Work.CoreV1(), events, nil)
+	if err != nil {
+		return nil, err
+	}
 	classes.Informer()
 	factory.Start(ctx.Done())
 	go func() {
@@ -165,7 +168,7 @@ var errKeptWithoutDriver = errors.New("the claim is being deleted without a PV, 
 func (k *inFlightRecordKeeper) removeResidue(ctx context.Context, claim *v1.PersistentVolumeClaim, withDriver bool) (string, error) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim))
 	ctx = klog.NewContext(ctx, logger)
-	name := volumeName(k.p.cfg.VolumeNamePrefix, claim.UID, k.p.cfg.VolumeNameUUIDLength)
+	name := k.p.pvName(claim)
 	switch {
 	case k.hasPV(claim):
 		logger.Info("Removing the in-flight record: the claim's PV governs its volume")

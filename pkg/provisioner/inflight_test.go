@@ -188,7 +188,11 @@ func newTestKeeper(t *testing.T, e *env) (*inFlightRecordKeeper, *record.FakeRec
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	pvs := factory.Core().V1().PersistentVolumes()
 	classes := factory.Storage().V1().StorageClasses()
-	k, err := newInFlightRecordKeeper(e.ctx, e.p, claims, pvs.Lister(), classes.Lister(), e.client.CoreV1(), e.client, nil)
+	volumes, err := NewClaimVolumeIndex(pvs.Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := newInFlightRecordKeeper(e.ctx, e.p, claims, volumes, classes.Lister(), e.client.CoreV1(), e.client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,9 @@ package provisioner
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,4 +50,30 @@ func TestRunLeaderElected(t *testing.T) {
 	if err != nil || (lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "") {
 		t.Errorf("lease after shutdown held by %v (%v), want released", lease.Spec.HolderIdentity, err)
 	}
+}
+
+// The Lease name, as the code computes it (upstream's), and as the base
+// RBAC's comment gives it to whoever adds resourceNames.
+func TestLeaseName(t *testing.T) {
+	for _, tc := range []struct{ driver, want string }{
+		{driver: "mock.csi.example.com", want: "mock-csi-example-com"},
+		{driver: "ebs.csi.aws.com", want: "ebs-csi-aws-com"},
+		{driver: "csi_driver.", want: "csi-driver-X"},
+	} {
+		t.Run(tc.driver, func(t *testing.T) {
+			if got := leaseName(tc.driver); got != tc.want {
+				t.Errorf("leaseName(%q) = %q, want %q", tc.driver, got, tc.want)
+			}
+		})
+	}
+	t.Run("base RBAC comment", func(t *testing.T) {
+		rbac, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "base", "provisioner-rbac.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		example := "(mock.csi.example.com: " + leaseName("mock.csi.example.com") + ")"
+		if !strings.Contains(string(rbac), example) {
+			t.Errorf("deploy/kubernetes/base/provisioner-rbac.yaml does not give the Lease name's example %q", example)
+		}
+	})
 }

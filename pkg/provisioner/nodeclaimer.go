@@ -269,7 +269,7 @@ func (c *nodeClaimer) ineligible(ctx context.Context, claim *v1.PersistentVolume
 		return ""
 	}
 	if c.p.cfg.SupportsTopology {
-		source, err := c.p.resolveSource(ctx, claim)
+		source, err := c.p.resolveSource(ctx, claim, class)
 		if err != nil {
 			return ""
 		}

@@ -95,6 +95,11 @@ type Deps struct {
 	// as invalid (INVALID_ARGUMENT). nil: every failure backs off alike.
 	// See slowretry.go.
 	Retries *SlowRetries
+	// ClaimVolumes finds the PVs of a claim by the UID in their claimRef,
+	// and PVs by name, from the PV informer: Provision makes no volume for
+	// a claim that has a PV, whatever its name (pvname.go). May be nil: no
+	// check.
+	ClaimVolumes *ClaimVolumeIndex
 	// DriverStatus, when set, tells whether the driver answers
 	// (driverconn.Monitor.Status). With node deployment a claim selected for the
 	// node goes back to the scheduler while it does not. May be nil.
@@ -159,7 +164,13 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if !p.cfg.Node.ownsClaim(opts.PVC) {
 		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "claim selected for another node"}
 	}
-	pv, state, err := p.provision(ctx, opts)
+	// The PV is named after the volume (pvname.go), not pvc-<claim UID>.
+	opts.PVName = p.pvName(opts.PVC)
+	var pv *v1.PersistentVolume
+	state, err := p.checkExistingPV(opts.PVC, opts.PVName)
+	if err == nil {
+		pv, state, err = p.provision(ctx, opts)
+	}
 	if state == controller.ProvisioningReschedule {
 		state, err = p.beforeHandBack(ctx, opts, err)
 	}
@@ -198,7 +209,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningFinished, err
 	}
 	req.warnDeprecated(logger)
-	if req.source, err = p.resolveSource(ctx, claim); err != nil {
+	if req.source, err = p.resolveSource(ctx, claim, class); err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
 	req.setSource()
@@ -459,7 +470,7 @@ func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNod
 		Index:             p.deps.Index,
 	}
 	if source != nil {
-		in.Source, in.SourceName = source.reach, source.String()
+		in.Source, in.SourceName, in.SourceBasis = source.reach, source.String(), source.basis
 	}
 	if selectedNode != "" {
 		csiNode, err := p.deps.CSINodes.Get(selectedNode)

@@ -14,9 +14,9 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
-// buildPV describes a created volume as a PersistentVolume. The library adds
-// the claimRef, the class name, the provisioned-by annotation and the
-// finalizer.
+// buildPV describes a created volume as a PersistentVolume of the volume's
+// name (pvname.go). The library adds the claimRef, the class name, the
+// provisioned-by annotation and the finalizer.
 func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createRequest, resp *csi.CreateVolumeResponse) (*v1.PersistentVolume, error) {
 	vol := resp.GetVolume()
 	if vol.GetVolumeId() == "" {
@@ -49,7 +49,7 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 	source.NodeExpandSecretRef = req.secrets[secretNodeExpand]
 
 	pv := &v1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: opts.PVName},
+		ObjectMeta: metav1.ObjectMeta{Name: req.csi.GetName()},
 		Spec: v1.PersistentVolumeSpec{
 			AccessModes:                   claim.Spec.AccessModes,
 			MountOptions:                  class.MountOptions,

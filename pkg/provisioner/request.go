@@ -141,8 +141,11 @@ func (p *Provisioner) buildCreateRequest(ctx context.Context, opts controller.Pr
 	if err != nil {
 		return nil, err
 	}
+	// The PV has the volume's name, as upstream (pvname.go), whatever
+	// opts.PVName says.
+	name := p.pvName(claim)
 	refs, err := secretRefs(params.secrets, templateVars{
-		pvName:         opts.PVName,
+		pvName:         name,
 		pvcName:        claim.Name,
 		pvcNamespace:   claim.Namespace,
 		pvcAnnotations: claim.Annotations,
@@ -162,11 +165,11 @@ func (p *Provisioner) buildCreateRequest(ctx context.Context, opts controller.Pr
 	if p.cfg.ExtraCreateMetadata {
 		driverParams[paramPVCName] = claim.Name
 		driverParams[paramPVCNamespace] = claim.Namespace
-		driverParams[paramPVName] = opts.PVName
+		driverParams[paramPVName] = name
 	}
 	return &createRequest{
 		csi: &csi.CreateVolumeRequest{
-			Name:               volumeName(p.cfg.VolumeNamePrefix, claim.UID, p.cfg.VolumeNameUUIDLength),
+			Name:               name,
 			CapacityRange:      capRange,
 			VolumeCapabilities: capabilities,
 			Parameters:         driverParams,

@@ -217,7 +217,7 @@ func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
 			continue
 		}
 		size := claim.Spec.Resources.Requests[v1.ResourceStorage]
-		pv.Pending = append(pv.Pending, PendingClaim{Claim: claim, Class: class, Bytes: size.Value(), Source: c.source(claim)})
+		pv.Pending = append(pv.Pending, PendingClaim{Claim: claim, Class: class, Bytes: size.Value(), Source: c.source(claim, class)})
 		pv.perClass[class.Name] += size.Value()
 		pv.own = append(pv.own, claim.UID)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 
@@ -57,19 +58,28 @@ type Source struct {
 }
 
 // source resolves a pending claim's data source (dataSourceRef, else
-// dataSource) to the node affinity of the source volume. nil means no
-// constraint: no data source, another kind (a populator), another
-// namespace (not supported by csi-provisioner, which says so on the
-// claim), a source claim or PV not (yet) known or unbound, a snapshot of
-// no claim, snapshots not readable (RBAC), or a source volume without
-// required node affinity. A snapshot not known yet gives an Unknown Source.
-// Cost: at most four lister lookups.
-func (c *Core) source(claim *v1.PersistentVolumeClaim) *Source {
+// dataSource) to where its copy may be made: topology.CopyReach, the rule
+// csi-provisioner follows, on the source volume's node affinity and the
+// class's topology.AnnCopyPlacement. nil means no constraint: no data
+// source, another kind (a populator), another namespace (not supported by
+// csi-provisioner, which says so on the claim), a source claim or PV not
+// (yet) known or unbound, a snapshot of no claim, snapshots not readable
+// (RBAC), a copy the rule does not narrow (a restore of a volume that is not
+// node-bound, or a class placing copies anywhere), or an invalid annotation
+// (csi-provisioner refuses the claim). A snapshot not known yet gives an
+// Unknown Source. Cost: at most four lister lookups, and one CSINode lookup
+// per term of the source volume's affinity.
+func (c *Core) source(claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass) *Source {
 	group, kind, ns, name := dataSource(claim)
 	if name == "" || ns != claim.Namespace {
 		return nil
 	}
+	placement, err := topology.ClassCopyPlacement(class)
+	if err != nil || placement == topology.CopyAnywhere {
+		return nil
+	}
 	var what, of string
+	restore := false
 	switch {
 	case group == "" && kind == kindClaim:
 		what, of = fmt.Sprintf("clones %s/%s", ns, name), name
@@ -82,7 +92,7 @@ func (c *Core) source(claim *v1.PersistentVolumeClaim) *Source {
 		if src == "" {
 			return nil
 		}
-		what, of = fmt.Sprintf("restores snapshot %s/%s of %s/%s", ns, name, ns, src), src
+		what, of, restore = fmt.Sprintf("restores snapshot %s/%s of %s/%s", ns, name, ns, src), src, true
 	default:
 		return nil
 	}
@@ -94,12 +104,13 @@ func (c *Core) source(claim *v1.PersistentVolumeClaim) *Source {
 	if err != nil {
 		return nil
 	}
-	reach := topology.Reach{Affinity: pv.Spec.NodeAffinity}
+	reach, basis := topology.CopyReach(topology.Copy{Restore: restore, Affinity: pv.Spec.NodeAffinity, Placement: placement},
+		topology.CSINodeKeys(c.csiNode, c.cfg.Driver))
 	if !reach.Constrained() {
 		return nil
 	}
-	return &Source{Reach: reach, Message: fmt.Sprintf("claim %s/%s %s, whose volume is reachable only from %s",
-		claim.Namespace, claim.Name, what, describeTerms(pv.Spec.NodeAffinity.Required.NodeSelectorTerms))}
+	return &Source{Reach: reach, Message: fmt.Sprintf("claim %s/%s %s, whose volume is reachable only from %s (%s)",
+		claim.Namespace, claim.Name, what, describeTerms(pv.Spec.NodeAffinity.Required.NodeSelectorTerms), basis.Explain())}
 }
 
 // AwaitsSnapshotAPI reports whether a pending claim restores a snapshot

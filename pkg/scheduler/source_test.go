@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
 // zoneAffinity is a PV node affinity: one term per zone list.
@@ -36,31 +38,54 @@ func restoreOf(name, snap string) *v1.PersistentVolumeClaim {
 	return c
 }
 
+// hostNode is a node with its kubernetes.io/hostname label, as kubelet
+// sets it.
+func hostNode(name, zone string) *v1.Node {
+	n := node(name, zone)
+	n.Labels[v1.LabelHostname] = name
+	return n
+}
+
+// inClass moves a claim into another class.
+func inClass(c *v1.PersistentVolumeClaim, class string) *v1.PersistentVolumeClaim {
+	c.Spec.StorageClassName = &class
+	return c
+}
+
 func snapshot(name string, claim *string) *snapshotv1.VolumeSnapshot {
 	return &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: claim}}}
 }
 
-// sourceWorld: nodes n1 (z1) and n2 (z2) with the driver; claim "src" bound
-// to pv-src reachable from z1 only, "src-free" bound to a PV without
+// sourceWorld: nodes n1 (z1) and n2 (z2) with the driver; classes "fast",
+// "near" (copies near their source) and "anywhere" (copies anywhere); claim
+// "src" bound to pv-src reachable from z1 only, "src-local" bound to pv-local
+// reachable from node n1 only (node-bound), "src-free" bound to a PV without
 // affinity, "src-unbound" pending; snapshots "snap" of src, "snap-free" of
-// src-free, "snap-content" of a pre-provisioned content, "snap-gone" of a
+// src-free, "snap-local" of src-local, "snap-content" of a pre-provisioned content, "snap-gone" of a
 // claim that no longer exists.
 func sourceWorld(t *testing.T, withSnapshots bool) (*world, *Core) {
 	t.Helper()
 	w := newWorld(t)
 	withCounterIndexes(t, w)
-	w.add(t, w.classes, class("fast"))
+	near, anywhere := class("near"), class("anywhere")
+	near.Annotations = map[string]string{topology.AnnCopyPlacement: "source"}
+	anywhere.Annotations = map[string]string{topology.AnnCopyPlacement: "anywhere"}
+	w.add(t, w.classes, class("fast"), near, anywhere)
 	w.add(t, w.nodes, node("n1", "z1"), node("n2", "z2"))
 	w.add(t, w.csiNodes, csiNode("n1", nil, driver), csiNode("n2", nil, driver))
 	src := csiVolume("pv-src", "h-src")
 	src.Spec.NodeAffinity = zoneAffinity("z1")
-	w.add(t, w.volumes, src, csiVolume("pv-free", "h-free"))
-	w.add(t, w.claims, boundClaim("src", "pv-src"), boundClaim("src-free", "pv-free"), claim("src-unbound", "fast", gi))
+	local := csiVolume("pv-local", "h-local")
+	local.Spec.NodeAffinity = zoneAffinity("z1")
+	local.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions = append(local.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions,
+		v1.NodeSelectorRequirement{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{"n1"}})
+	w.add(t, w.volumes, src, local, csiVolume("pv-free", "h-free"))
+	w.add(t, w.claims, boundClaim("src", "pv-src"), boundClaim("src-local", "pv-local"), boundClaim("src-free", "pv-free"), claim("src-unbound", "fast", gi))
 	c := w.core(t, nil)
 	if withSnapshots {
 		snaps := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-		w.add(t, snaps, snapshot("snap", ptr.To("src")), snapshot("snap-free", ptr.To("src-free")),
+		w.add(t, snaps, snapshot("snap", ptr.To("src")), snapshot("snap-local", ptr.To("src-local")), snapshot("snap-free", ptr.To("src-free")),
 			snapshot("snap-content", nil), snapshot("snap-gone", ptr.To("deleted")))
 		c.SetSnapshots(NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps)))
 	}
@@ -77,9 +102,13 @@ func TestFilterDataSource(t *testing.T) {
 	claims := []*v1.PersistentVolumeClaim{cloneOf("clone", "src", false), cloneOf("clone-ref", "src", true), refOnly,
 		cloneOf("clone-free", "src-free", true), cloneOf("clone-unbound", "src-unbound", true), cloneOf("clone-missing", "missing", true),
 		restoreOf("restore", "snap"), restoreOf("restore-free", "snap-free"), restoreOf("restore-content", "snap-content"),
-		restoreOf("restore-gone", "snap-gone"), restoreOf("restore-unknown", "nope"), populator, crossNS}
-	const cloneMsg = "claim ns/clone clones ns/src, whose volume is reachable only from " + zoneKey + " in (z1)"
-	const restoreMsg = "claim ns/restore restores snapshot ns/snap of ns/src, whose volume is reachable only from " + zoneKey + " in (z1)"
+		restoreOf("restore-gone", "snap-gone"), restoreOf("restore-unknown", "nope"), populator, crossNS,
+		restoreOf("restore-local", "snap-local"), inClass(restoreOf("restore-near", "snap"), "near"),
+		inClass(restoreOf("restore-local-anywhere", "snap-local"), "anywhere"), inClass(cloneOf("clone-anywhere", "src", true), "anywhere"),
+		inClass(restoreOf("restore-unknown-anywhere", "nope"), "anywhere")}
+	const cloneMsg = "claim ns/clone clones ns/src, whose volume is reachable only from " + zoneKey + " in (z1) (a clone is made where its source volume is reachable)"
+	const restoreMsg = "claim ns/restore-local restores snapshot ns/snap-local of ns/src-local, whose volume is reachable only from " + zoneKey +
+		" in (z1),kubernetes.io/hostname in (n1) (the snapshot was taken of a node-bound volume, so it is restored on that node)"
 	tests := []struct {
 		name         string
 		claim        string
@@ -95,8 +124,13 @@ func TestFilterDataSource(t *testing.T) {
 		{name: "source volume without affinity", claim: "clone-free"},
 		{name: "source claim unbound", claim: "clone-unbound"},
 		{name: "source claim missing", claim: "clone-missing"},
-		{name: "restore", claim: "restore", rejectedOnZ2: true, wantMessage: restoreMsg},
-		{name: "restore without snapshot support", claim: "restore", noSnapshots: true},
+		{name: "restore of a zonal volume: anywhere, as upstream", claim: "restore"},
+		{name: "restore of a node-bound volume: on its node", claim: "restore-local", rejectedOnZ2: true, wantMessage: restoreMsg},
+		{name: "restore, class keeps copies near the source", claim: "restore-near", rejectedOnZ2: true},
+		{name: "restore of a node-bound volume, class places copies anywhere", claim: "restore-local-anywhere"},
+		{name: "clone, class places copies anywhere", claim: "clone-anywhere"},
+		{name: "restore, snapshot unknown, class places copies anywhere", claim: "restore-unknown-anywhere"},
+		{name: "restore without snapshot support", claim: "restore-local", noSnapshots: true},
 		{name: "restore, snapshot's volume without affinity", claim: "restore-free"},
 		{name: "restore of a pre-provisioned content", claim: "restore-content"},
 		{name: "restore, snapshot's claim gone", claim: "restore-gone"},
@@ -116,7 +150,7 @@ func TestFilterDataSource(t *testing.T) {
 				t.Fatalf("PodVolumes = %v, %v; want one pending claim", pv, err)
 			}
 			if tc.waits {
-				for _, n := range []*v1.Node{node("n1", "z1"), node("n2", "z2")} {
+				for _, n := range []*v1.Node{hostNode("n1", "z1"), hostNode("n2", "z2")} {
 					st := c.Filter(pv, n)
 					if st == nil || st.Reason != ReasonDataSourceUnknown || !st.Unresolvable || st.Message != tc.wantMessage {
 						t.Errorf("Filter(%s) = %v, want %s, unresolvable, %q", n.Name, st, ReasonDataSourceUnknown, tc.wantMessage)
@@ -124,10 +158,10 @@ func TestFilterDataSource(t *testing.T) {
 				}
 				return
 			}
-			if st := c.Filter(pv, node("n1", "z1")); st != nil {
+			if st := c.Filter(pv, hostNode("n1", "z1")); st != nil {
 				t.Errorf("Filter(n1 in z1) = %v, want fit", st)
 			}
-			st := c.Filter(pv, node("n2", "z2"))
+			st := c.Filter(pv, hostNode("n2", "z2"))
 			switch {
 			case !tc.rejectedOnZ2 && st != nil:
 				t.Errorf("Filter(n2 in z2) = %v, want fit", st)

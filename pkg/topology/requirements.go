@@ -42,6 +42,9 @@ type RequirementsInput struct {
 	// SourceName names the data source in errors, e.g.
 	// `PersistentVolumeClaim "ns/db"`.
 	SourceName string
+	// SourceBasis says why Source narrows the copy (CopyReach); errors
+	// name it when set.
+	SourceBasis CopyBasis
 }
 
 // Requirements builds the accessibility requirements of CreateVolume.
@@ -136,8 +139,8 @@ func delayedRequirements(in RequirementsInput) (*csi.TopologyRequirement, error)
 	}
 	if !in.Source.Node(name, in.SelectedNode.Labels) {
 		return nil, nodeError(name, SourceUnreachable,
-			"the node (segment %s) cannot reach the data source %s, whose volume is accessible from %s only",
-			seg, in.sourceName(), in.Source)
+			"the node (segment %s) cannot reach the data source %s, whose volume is accessible from %s only%s",
+			seg, in.sourceName(), in.Source, in.sourceWhy())
 	}
 	if in.Strict {
 		t := toCSI([]Segment{seg})
@@ -187,8 +190,8 @@ func immediateRequirements(in RequirementsInput) (*csi.TopologyRequirement, erro
 		}
 		requisite = in.Source.FilterSegments(candidates)
 		if len(candidates) > 0 && len(requisite) == 0 {
-			return nil, fmt.Errorf("%w: the data source %s is accessible from %s only, and none of the %d segment(s) the volume may be placed in (%s) reaches it",
-				ErrSourceUnreachable, in.sourceName(), in.Source, len(candidates), formatSegments(candidates))
+			return nil, fmt.Errorf("%w: the data source %s is accessible from %s only, and none of the %d segment(s) the volume may be placed in (%s) reaches it%s",
+				ErrSourceUnreachable, in.sourceName(), in.Source, len(candidates), formatSegments(candidates), in.sourceWhy())
 		}
 	}
 	if len(requisite) == 0 {
@@ -230,6 +233,14 @@ func (in RequirementsInput) sourceName() string {
 		return "(unnamed)"
 	}
 	return in.SourceName
+}
+
+// sourceWhy is "" or, in parentheses, why the copy is narrowed to its source.
+func (in RequirementsInput) sourceWhy() string {
+	if in.SourceBasis == "" {
+		return ""
+	}
+	return " (" + in.SourceBasis.Explain() + ")"
 }
 
 // formatSegments lists up to five segments, then how many more.

@@ -145,7 +145,9 @@ func modeCases() []tcase {
 }
 
 // sourceCases: clone and restore through dataSource and dataSourceRef, a
-// populator's kind, missing sources (crossns_test.go: another namespace).
+// populator's kind, missing sources, a delayed restore whose pod is in
+// another zone than the snapshot's volume (crossns_test.go: another
+// namespace).
 func sourceCases() []tcase {
 	widget := &v1.TypedObjectReference{APIGroup: ptr.To("example.com"), Kind: "Widget", Name: "w"}
 	missingPVC := &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "nope"}
@@ -161,6 +163,10 @@ func sourceCases() []tcase {
 		{name: "source/missing-claim", want: wantFailed, claim: claimSpec{ref: missingPVC}},
 		{name: "source/missing-snapshot", want: wantFailed, claim: claimSpec{ref: missingSnap}},
 		{name: "source/clone-wffc", want: wantBound, podZone: "z1", class: classSpec{wffc: true}, claim: claimSpec{source: sourceClone}},
+		// The source is in z1, the restore's pod in z2: both make the
+		// volume in z2 (the mock's snapshots are regional; upstream
+		// restores anywhere).
+		{name: "source/snapshot-wffc-other-zone", want: wantBound, podZone: "z2", class: classSpec{wffc: true}, claim: claimSpec{source: sourceSnapshot}},
 	}
 }
 

@@ -290,9 +290,12 @@ func (h *harness) start(ctx context.Context, p profile, s side, spec profileSpec
 		return nil, err
 	}
 	in.adminURL = "http://" + admin
+	// Regional snapshots, as the zonal disks of the clouds (EBS, PD, Azure
+	// Disk) have: a restore may be made in any zone (source/snapshot-wffc-
+	// other-zone); clones stay in their source's zone.
 	if in.mock, err = h.cluster.StartProcess(fmt.Sprintf("mock-%s-%s", p, s.name), filepath.Join(h.binDir, "mock-driver"), append([]string{
 		"--mode=controller", "--name=" + in.driver, "--endpoint=unix://" + in.socket, "--segments-file=" + segFile,
-		"--admin-address=" + admin, "-v=2",
+		"--admin-address=" + admin, "--regional-snapshots", "-v=2",
 	}, spec.mockArgs...), nil); err != nil {
 		return nil, err
 	}

@@ -17,11 +17,15 @@ type AuditEvent struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	RequestURI string `json:"requestURI"`
+	// UserAgent tells kube-controller-manager's controllers apart: each
+	// appends its name (".../persistent-volume-binder").
+	UserAgent string `json:"userAgent"`
 	// ObjectRef is nil for a non-resource URL.
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
 		APIGroup    string `json:"apiGroup"`
 	} `json:"objectRef"`
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`

@@ -96,7 +96,7 @@ func BuildControlPlane(ctx context.Context, repoRoot string) (Binaries, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Binaries{}, err
 	}
-	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"), "the control plane")
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -238,19 +238,45 @@ func linkBuilt(dir, outDir string, pkgs []string) error {
 	return nil
 }
 
-func lockFile(path string) (func(), error) {
+// lockFile takes the exclusive lock on path. While another process holds
+// it (one that builds what) it says so, and again every progressEvery, so
+// that a caller waiting for another's build is never silent.
+func lockFile(ctx context.Context, path, what string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	unlock := func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		return unlock, nil
+	}
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
 		f.Close()
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
+	logger := klog.FromContext(ctx)
+	logger.Info("Waiting for another process that builds "+what, "lock", path)
+	locked := make(chan error, 1)
+	go func() { locked <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+	start := time.Now()
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-locked:
+			if err != nil {
+				f.Close()
+				return nil, fmt.Errorf("locking %s: %w", path, err)
+			}
+			return unlock, nil
+		case <-t.C:
+			logger.Info("Still waiting for another process that builds "+what, "lock", path, "waited", time.Since(start).Round(time.Second))
+		}
+	}
 }
 
 // GoCommand is goCommand for other test packages: a static go command in

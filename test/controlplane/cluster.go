@@ -105,6 +105,12 @@ type Cluster struct {
 	schedPort       int
 	schedRestarts   int
 	schedKubeconfig string
+	// kube-controller-manager's command line, for StartControllerManager.
+	kcm         *Process
+	kcmBinary   string
+	kcmArgs     []string
+	kcmPort     int
+	kcmRestarts int
 }
 
 func freePorts(n int) ([]int, error) {
@@ -248,9 +254,11 @@ func (c *Cluster) startAPIServer(opts Options, bins Binaries, etcdClient, etcdPe
 // the default ServiceAccount exists, and installs the snapshot CRDs when
 // opts asks for them.
 func (c *Cluster) startControllers(ctx context.Context, opts Options, bins Binaries, kcmPort, schedPort int) error {
-	if err := c.startCore("kube-controller-manager", bins.ControllerManager, append(c.controllerManagerArgs(opts.Controllers, kcmPort), opts.ControllerManagerArgs...)...); err != nil {
+	c.kcmBinary, c.kcmArgs, c.kcmPort = bins.ControllerManager, append(c.controllerManagerArgs(opts.Controllers, kcmPort), opts.ControllerManagerArgs...), kcmPort
+	if err := c.startCore("kube-controller-manager", c.kcmBinary, c.kcmArgs...); err != nil {
 		return err
 	}
+	c.kcm = c.core[len(c.core)-1]
 	if err := c.startFirstScheduler(bins.Scheduler, opts.SchedulerConfig, schedPort); err != nil {
 		return err
 	}

@@ -64,7 +64,7 @@ func BuildUpstream(ctx context.Context, repoRoot string) (Upstream, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Upstream{}, err
 	}
-	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"), "upstream external-provisioner")
 	if err != nil {
 		return Upstream{}, err
 	}

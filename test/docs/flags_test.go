@@ -35,6 +35,10 @@ the same. Defaults shown are those of an environment without ` + "`NODE_NAME`" +
 
 csi-topology-scheduler is kube-scheduler: its flags are kube-scheduler's (` + "`csi-topology-scheduler --help`" + `),
 and its own settings are the CSITopology plugin arguments (docs/scheduler.md).
+
+Where clones and snapshot restores may be made is not a flag but a StorageClass annotation, read alike by
+csi-provisioner, the scheduler filter and explain: ` + "`csi-topology-provisioner.io/copy-placement`" + ` (` + "`auto`" + `,
+` + "`source`" + `, ` + "`anywhere`" + `; docs/data-sources.md, "Topology of copies").
 `
 
 // render is the whole reference for the given help texts.

@@ -7,17 +7,25 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
 // The extender and the provisioner started before the VolumeSnapshot CRDs
 // were installed. Once they are, a claim restoring a snapshot of a volume
 // of zone z1, used by a pod that prefers z2, is selected for a z1 node the
-// first time: the extender picked the API up without a restart.
+// first time: the extender picked the API up without a restart. (The class
+// keeps copies near their source: a restore of a zonal volume is otherwise
+// made anywhere, and the snapshot would not matter.)
 func TestExtenderSnapshotCRDsInstalledLate(t *testing.T) {
 	ctx, ns := env.TestNamespaceWithClass(t, "x-")
+	patch := []byte(`{"metadata":{"annotations":{"` + topology.AnnCopyPlacement + `":"source"}}}`)
+	if _, err := client.StorageV1().StorageClasses().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := env.Cluster.InstallSnapshotCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,10 @@ func TestMain(m *testing.M) {
 				return err
 			}
 			client = c.Client
-			env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2"}, NodesPerZone: 1, CapacityBytes: 100 << 30})
+			// Regional snapshots, as the clouds' zonal disks have: a
+			// restore's zone is the provisioner's choice, not the driver's.
+			env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2"}, NodesPerZone: 1, CapacityBytes: 100 << 30,
+				ControllerArgs: []string{"--regional-snapshots"}})
 			return err
 		}))
 }

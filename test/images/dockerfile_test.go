@@ -96,7 +96,7 @@ func (d dockerfile) chain(name string) (copies []dockerfileCopy, base string) {
 
 // TestDockerfile holds the Dockerfile to `make image`: a target per binary
 // of the Makefile's BINARIES, each converted by BuildKit's own frontend into
-// the image config imagebuild gives (entrypoint, user 65532, working
+// the image config imagebuild gives (entrypoint, user, working
 // directory, PATH, labels from the same build args), on imagebuild's base
 // (none: scratch) plus its base files, with the binary compiled by the
 // Makefile's go build: imagebuild's env and flags and the Makefile's

@@ -27,14 +27,17 @@ var binaries = []struct {
 	// version is the start of the line --version prints (the scheduler
 	// adds the Kubernetes release it embeds).
 	version string
+	// user is the image's user: root for the sidecars that connect to a
+	// driver's socket (as upstream's image), nonroot for the others.
+	user string
 }{
-	{name: "csi-node-publisher", version: "csi-node-publisher " + testVersion},
-	{name: "csi-node-router", version: "csi-node-router " + testVersion},
-	{name: "csi-provisioner", version: "csi-provisioner " + testVersion},
-	{name: "csi-scheduler-extender", version: "csi-scheduler-extender " + testVersion},
-	{name: "csi-topology-scheduler", version: "csi-topology-scheduler " + testVersion + " (Kubernetes v1."},
-	{name: "kubectl-csi_topology", version: "kubectl-csi_topology " + testVersion},
-	{name: "mock-driver", version: "mock-driver " + testVersion},
+	{name: "csi-node-publisher", version: "csi-node-publisher " + testVersion, user: "0:0"},
+	{name: "csi-node-router", version: "csi-node-router " + testVersion, user: "65532:65532"},
+	{name: "csi-provisioner", version: "csi-provisioner " + testVersion, user: "0:0"},
+	{name: "csi-scheduler-extender", version: "csi-scheduler-extender " + testVersion, user: "65532:65532"},
+	{name: "csi-topology-scheduler", version: "csi-topology-scheduler " + testVersion + " (Kubernetes v1.", user: "65532:65532"},
+	{name: "kubectl-csi_topology", version: "kubectl-csi_topology " + testVersion, user: "65532:65532"},
+	{name: "mock-driver", version: "mock-driver " + testVersion, user: "65532:65532"},
 }
 
 // repoRoot is the module root (two levels up from this package).
@@ -113,7 +116,7 @@ func TestImages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkConfig(t, img, b.name)
+			checkConfig(t, img, b.name, b.user)
 			exe := checkLayers(t, img, b.name)
 			run(t, exe, "--version", b.version)
 			run(t, exe, "--help", "")
@@ -121,15 +124,15 @@ func TestImages(t *testing.T) {
 	}
 }
 
-func checkConfig(t *testing.T, img v1.Image, binary string) {
+func checkConfig(t *testing.T, img v1.Image, binary, user string) {
 	t.Helper()
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := cf.Config
-	if !slices.Equal(c.Entrypoint, []string{"/" + binary}) || c.User != "65532:65532" || len(c.Cmd) != 0 {
-		t.Errorf("entrypoint %q, cmd %q, user %q; want [/%s], none, 65532:65532", c.Entrypoint, c.Cmd, c.User, binary)
+	if !slices.Equal(c.Entrypoint, []string{"/" + binary}) || c.User != user || len(c.Cmd) != 0 {
+		t.Errorf("entrypoint %q, cmd %q, user %q; want [/%s], none, %s", c.Entrypoint, c.Cmd, c.User, binary, user)
 	}
 	for k, want := range map[string]string{
 		imagebuild.LabelVersion:  testVersion,

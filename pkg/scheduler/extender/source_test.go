@@ -75,7 +75,7 @@ func TestFilterCloneSource(t *testing.T) {
 	if diff := cmp.Diff([]string{"a1"}, *res.NodeNames); diff != "" {
 		t.Errorf("fitting nodes (-want +got):\n%s", diff)
 	}
-	want := "DataSourceUnreachable: claim ns/p clones ns/src, whose volume is reachable only from " + zoneKey + " in (z1)"
+	want := "DataSourceUnreachable: claim ns/p clones ns/src, whose volume is reachable only from " + zoneKey + " in (z1) (a clone is made where its source volume is reachable)"
 	for _, n := range []string{"b1", "b2"} {
 		if got := res.FailedAndUnresolvableNodes[n]; got != want {
 			t.Errorf("node %s: %q, want %q", n, got, want)

@@ -65,7 +65,7 @@ func TestFilterCloneSource(t *testing.T) {
 		t.Errorf("node in the source's zone: %v", st)
 	}
 	st := p.Filter(ctx, cs, pod, zone("b1", "z2"))
-	want := "DataSourceUnreachable: claim ns/clone clones ns/src, whose volume is reachable only from " + zoneKey + " in (z1)"
+	want := "DataSourceUnreachable: claim ns/clone clones ns/src, whose volume is reachable only from " + zoneKey + " in (z1) (a clone is made where its source volume is reachable)"
 	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != want {
 		t.Errorf("node in another zone: %v %q, want UnschedulableAndUnresolvable %q", st.Code(), st.Message(), want)
 	}

@@ -2,17 +2,40 @@ package imagebuild
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// The image user: distroless's nonroot, as "uid:gid" in the image config.
+// The images' users, as "uid:gid" in the image config (UserOf).
 const (
-	NonRootUID = 65532
-	User       = "65532:65532"
+	// RootUser is the user of the images that dial a CSI driver's socket
+	// (DriverSocketClients).
+	RootUser = "0:0"
+	// NonRootUID is distroless's nonroot, the user of the other images.
+	NonRootUID  = 65532
+	NonRootUser = "65532:65532"
 )
+
+// DriverSocketClients are the binaries that connect to a CSI driver's unix
+// socket. Their images run as root, as upstream external-provisioner's
+// image does (distroless static, no USER): most drivers run as root and
+// create their socket 0755 in a shared emptyDir, which only root may
+// connect to, so a vendor who swaps only the image keeps a sidecar that
+// connects. The other binaries talk to the API server or serve HTTP only,
+// and the mock driver creates its socket: they run as nonroot.
+var DriverSocketClients = []string{"csi-node-publisher", "csi-provisioner"}
+
+// UserOf is the image user of binary: RootUser for DriverSocketClients,
+// NonRootUser for the others.
+func UserOf(binary string) string {
+	if slices.Contains(DriverSocketClients, binary) {
+		return RootUser
+	}
+	return NonRootUser
+}
 
 // BaseImage is what the images are built on: nothing ("scratch" in a
 // Dockerfile), only the base files (WriteBaseFiles) and the binary.

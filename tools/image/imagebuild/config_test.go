@@ -59,3 +59,26 @@ func TestLabels(t *testing.T) {
 		})
 	}
 }
+
+// The sidecars that dial a driver's socket run as root, as upstream's
+// image; the others as nonroot.
+func TestUserOf(t *testing.T) {
+	for _, tc := range []struct {
+		binary, want string
+	}{
+		{binary: "csi-provisioner", want: "0:0"},
+		{binary: "csi-node-publisher", want: "0:0"},
+		{binary: "csi-node-router", want: "65532:65532"},
+		{binary: "csi-topology-scheduler", want: "65532:65532"},
+		{binary: "csi-scheduler-extender", want: "65532:65532"},
+		{binary: "kubectl-csi_topology", want: "65532:65532"},
+		{binary: "mock-driver", want: "65532:65532"},
+	} {
+		t.Run(tc.binary, func(t *testing.T) {
+			var c Config
+			if got := c.ImageConfig(tc.binary).User; got != tc.want {
+				t.Errorf("user of %s = %q, want %q", tc.binary, got, tc.want)
+			}
+		})
+	}
+}

@@ -50,13 +50,13 @@ func (c *Config) newImage(binary string, p v1.Platform, base, bin layerFile) (v1
 }
 
 // ImageConfig is the run configuration of the image of binary: entrypoint
-// /<binary>, user 65532:65532, working directory /, PATH as BuildKit gives an
+// /<binary>, user UserOf(binary), working directory /, PATH as BuildKit gives an
 // image built FROM scratch (nothing in the images uses it), and the labels.
 // The Dockerfile at the repository's root gives the same (test/images).
 func (c *Config) ImageConfig(binary string) v1.Config {
 	return v1.Config{
 		Entrypoint: []string{"/" + binary},
-		User:       User,
+		User:       UserOf(binary),
 		WorkingDir: "/",
 		Env:        []string{"PATH=" + Path},
 		Labels:     c.labels(binary),

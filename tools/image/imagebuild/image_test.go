@@ -97,7 +97,7 @@ func TestImageConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := v1.Config{
-				Entrypoint: []string{"/mock-driver"}, User: "65532:65532", WorkingDir: "/",
+				Entrypoint: []string{"/mock-driver"}, User: NonRootUser, WorkingDir: "/",
 				Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 				Labels: map[string]string{
 					LabelTitle: "mock-driver", LabelVersion: "v0.1.0", LabelCreated: "2023-11-14T22:13:20Z",

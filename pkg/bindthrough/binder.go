@@ -1,0 +1,210 @@
+package bindthrough
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Config configures a Binder.
+type Config struct {
+	// DriverName is the CSI driver whose PVs are bound (the PVs' provisioned-by
+	// annotation, or their migrated-to annotation for CSI migration).
+	DriverName string
+	// Client writes PVs and claims.
+	Client kubernetes.Interface
+	// Volumes and Claims are the informers of PVs and claims the binder reads;
+	// it adds event handlers to Volumes.
+	Volumes, Claims cache.SharedIndexInformer
+	// Workers is the number of pairs bound at once. Default 10.
+	Workers int
+	// RetryForbidden is how long the binder leaves binding to the PV
+	// controller after the API refused one of its writes (RBAC). Default 1m.
+	RetryForbidden time.Duration
+	// Clock, for tests. Default the real one.
+	Clock clock.Clock
+}
+
+// Binder binds claims to the PVs provisioned for them (see the package
+// doc). Its Run may be called once; its methods are safe for concurrent use.
+type Binder struct {
+	cfg    Config
+	pvs    corelisters.PersistentVolumeLister
+	claims corelisters.PersistentVolumeClaimLister
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	mu sync.Mutex
+	// forbiddenUntil: while the clock is before it, nothing is written.
+	forbiddenUntil time.Time
+	// forbiddenLogged: the refusal was logged once in this process.
+	forbiddenLogged bool
+}
+
+// New returns a Binder watching cfg.Volumes.
+func New(cfg Config) (*Binder, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 10
+	}
+	if cfg.RetryForbidden <= 0 {
+		cfg.RetryForbidden = time.Minute
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	b := &Binder{
+		cfg:    cfg,
+		pvs:    corelisters.NewPersistentVolumeLister(cfg.Volumes.GetIndexer()),
+		claims: corelisters.NewPersistentVolumeClaimLister(cfg.Claims.GetIndexer()),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bind-through"}),
+	}
+	if _, err := cfg.Volumes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    b.volumeChanged,
+		UpdateFunc: func(_, obj any) { b.volumeChanged(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("watching PVs: %w", err)
+	}
+	return b, nil
+}
+
+// volumeChanged queues a PV of the driver whose claim is not Bound to it yet.
+func (b *Binder) volumeChanged(obj any) {
+	pv, ok := obj.(*v1.PersistentVolume)
+	if !ok || pv.Spec.ClaimRef == nil || !provisionedBy(pv, b.cfg.DriverName) {
+		return
+	}
+	claim, err := b.claims.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
+	if err != nil || skipReason(pv, claim, b.cfg.DriverName) != "" || done(pv, claim) {
+		return
+	}
+	b.queue.Add(pv.Name)
+}
+
+// Run binds with cfg.Workers workers until ctx is done; the informers must
+// have synced. It first queues every PV whose claim is not yet Bound to it
+// (a binding left half done by a stopped process included).
+func (b *Binder) Run(ctx context.Context) {
+	logger := klog.LoggerWithName(klog.FromContext(ctx), "bindThrough")
+	ctx = klog.NewContext(ctx, logger)
+	defer b.queue.ShutDown()
+	logger.Info("Binding claims to their new PVs", "workers", b.cfg.Workers)
+	// A PV listed before its claim was in the claims' informer was passed
+	// over by volumeChanged: look at every PV once, now that both synced.
+	for _, obj := range b.cfg.Volumes.GetStore().List() {
+		b.volumeChanged(obj)
+	}
+	var wg sync.WaitGroup
+	for range b.cfg.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, b.work, time.Second) })
+	}
+	<-ctx.Done()
+	b.queue.ShutDown()
+	wg.Wait()
+}
+
+func (b *Binder) work(ctx context.Context) {
+	for {
+		name, quit := b.queue.Get()
+		if quit {
+			return
+		}
+		err := b.sync(ctx, name)
+		switch {
+		case err == nil:
+			b.queue.Forget(name)
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			// Another writer was first: try again from the informers'
+			// newer copies.
+			klog.FromContext(ctx).V(4).Info("Binding raced another writer; trying again", "pv", name, "err", err)
+			b.queue.AddRateLimited(name)
+		case apierrors.IsForbidden(err):
+			b.refused(ctx, err)
+			b.queue.Forget(name)
+		default:
+			klog.FromContext(ctx).V(2).Info("Binding a claim to its PV failed; the PV controller or a retry will", "pv", name, "err", err)
+			b.queue.AddRateLimited(name)
+		}
+		b.queue.Done(name)
+	}
+}
+
+// refused leaves binding to the PV controller for cfg.RetryForbidden, and
+// says so once per process.
+func (b *Binder) refused(ctx context.Context, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.forbiddenUntil = b.cfg.Clock.Now().Add(b.cfg.RetryForbidden)
+	if !b.forbiddenLogged {
+		b.forbiddenLogged = true
+		klog.FromContext(ctx).Info("Claims and PVs may not be bound by csi-provisioner (RBAC); leaving binding to the PV controller: "+
+			"grant update on persistentvolumes/status, persistentvolumeclaims and persistentvolumeclaims/status to use --bind-through",
+			"err", err.Error())
+	}
+}
+
+func (b *Binder) forbidden() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cfg.Clock.Now().Before(b.forbiddenUntil)
+}
+
+// sync binds the PV named name to its claim, step by step, skipping what is
+// written already.
+func (b *Binder) sync(ctx context.Context, name string) error {
+	if b.forbidden() {
+		return nil
+	}
+	pv, err := b.pvs.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	claim, err := b.claims.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if claim == nil || skipReason(pv, claim, b.cfg.DriverName) != "" {
+		return nil
+	}
+	return b.bind(ctx, pv, claim)
+}
+
+// bind writes the PV's status, the claim and the claim's status, in the PV
+// controller's order, each from the copy the previous write returned.
+func (b *Binder) bind(ctx context.Context, pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim), "pv", pv.Name)
+	if next, dirty := volumeStatusBound(pv); dirty {
+		if _, err := b.cfg.Client.CoreV1().PersistentVolumes().UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("writing PV %q status Bound: %w", pv.Name, err)
+		}
+	}
+	if next, dirty := claimBound(claim, pv); dirty {
+		out, err := b.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, next, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("binding claim %s to PV %q: %w", klog.KObj(claim), pv.Name, err)
+		}
+		claim = out
+	}
+	next, dirty, err := claimStatusBound(claim, pv)
+	if err != nil || !dirty {
+		return err
+	}
+	if _, err := b.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing claim %s status Bound: %w", klog.KObj(claim), err)
+	}
+	logger.V(2).Info("Claim bound to its new PV")
+	return nil
+}
