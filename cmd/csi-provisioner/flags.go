@@ -87,6 +87,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	c.podName, c.podNamespace = os.Getenv("POD_NAME"), os.Getenv("NAMESPACE")
 	fs.DurationVar(&p.Timeout, "timeout", 10*time.Second, "Timeout of each CSI call.")
 	fs.DurationVar(&c.probeTimeout, "probe-timeout", 0, "Timeout of one driver Probe at start-up (retried until the driver is ready); 0 means --timeout, as upstream.")
+	fs.DurationVar(&c.controller.DrainTimeout, "drain-timeout", provisioner.DefaultDrainTimeout, "On SIGTERM, how long the CreateVolume calls in flight get to end (their PVs written, their in-flight records removed) before the process exits; no new one starts meanwhile. Keep it below the pod's terminationGracePeriodSeconds (30 s by default). See docs/operations.md, \"The in-flight record\".")
 	fs.IntVar(&c.controller.WorkerThreads, "worker-threads", 100, "Claims and volumes processed at once.")
 	fs.DurationVar(&c.controller.RetryIntervalStart, "retry-interval-start", time.Second, "First retry interval of a failed provision or delete; doubles on each failure.")
 	fs.DurationVar(&c.controller.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Largest retry interval of a failed provision or delete; a claim the driver refused with INVALID_ARGUMENT waits this long before its next attempt.")

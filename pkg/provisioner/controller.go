@@ -59,6 +59,10 @@ type ControllerConfig struct {
 	// itself, as the PV controller would (pkg/bindthrough), with
 	// WorkerThreads workers.
 	BindThrough bool
+	// DrainTimeout is how long Run, once its context ends, lets the
+	// CreateVolume calls in flight finish before it stops (drain.go).
+	// Default DefaultDrainTimeout.
+	DrainTimeout time.Duration
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -82,6 +86,9 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	}
 	if c.RetryPeriod <= 0 {
 		c.RetryPeriod = 5 * time.Second
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
 	}
 	c.Provisioner.Node = c.Provisioner.Node.withDefaults()
 	return c
@@ -443,9 +450,26 @@ func (c *Controller) RetryNow(ctx context.Context) {
 func (c *Controller) Provisioner() *Provisioner { return c.provisioner }
 
 // Run starts the informers, waits for their caches and runs the library's
-// controller (behind leader election when configured) until ctx is done.
-// Informers run on standby replicas too, so a new leader starts warm.
+// controller (behind leader election when configured) until ctx is done,
+// and then, while leading, up to DrainTimeout more to let the CreateVolume
+// calls in flight finish (drain). Informers run on standby replicas too, so
+// a new leader starts warm.
 func (c *Controller) Run(ctx context.Context) error {
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	go func() {
+		select {
+		case <-ctx.Done():
+			c.drain(runCtx)
+			stop()
+		case <-runCtx.Done():
+		}
+	}()
+	return c.run(runCtx)
+}
+
+// run is Run until its context ends.
+func (c *Controller) run(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
 	if c.nodeFactory != nil {

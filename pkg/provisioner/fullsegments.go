@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -21,7 +22,11 @@ const fullForgetHolds = 10
 // fullSegments remembers, per (StorageClass name, segment of a selected
 // node for the driver's keys), that the driver found no room there for the
 // class: it placed a delayed claim's volume out of the node's reach, or
-// answered RESOURCE_EXHAUSTED. Safe for concurrent use; no API calls.
+// answered RESOURCE_EXHAUSTED. Each mark keeps the size of the smallest
+// volume refused within its hold: only claims at least that large are held,
+// a smaller one is asked for (the segment's last room may fit it), and only
+// a success at least that large clears the mark. Safe for concurrent use;
+// no API calls.
 //
 // Why: with the stock scheduler, a pod pinned to a full zone comes back to
 // a node of that zone after every reschedule. Without this memory each
@@ -31,6 +36,7 @@ const fullForgetHolds = 10
 //	t=0     node n1 in zone=z1: requisite z1,z2,z3 → driver places in z2
 //	        → deleted, mark (class, zone=z1), Reschedule (VolumeNotAccessible)
 //	t<hold  node n1 again: no CreateVolume, Reschedule (NoCapacity)
+//	t<hold  a smaller claim on n1: requisite = preferred = zone=z1 only
 //	t≥hold  node n1 again: requisite = preferred = zone=z1 only
 //	        → RESOURCE_EXHAUSTED renews the mark, success clears it
 //	any t   a PV in zone=z1 deleted: the mark is cleared for every class
@@ -55,6 +61,9 @@ type fullMark struct {
 	// request of the node's segment alone could never be met; after the
 	// hold it gets the usual requirements.
 	wide bool
+	// bytes is the smallest size (CreateVolume's required bytes) refused
+	// within the hold; 0 when unknown, which holds claims of every size.
+	bytes int64
 }
 
 func newFullSegments(c clock.PassiveClock, hold time.Duration, m *Metrics) *fullSegments {
@@ -71,15 +80,18 @@ type fullStatus struct {
 	known bool
 	// wide: learned from a volume placed in several segments.
 	wide bool
-	// held: within the hold after learned; the driver is not asked.
+	// held: within the hold after learned, and the claim is at least as
+	// large as the smallest volume refused; the driver is not asked.
 	held bool
+	// bytes is the smallest size refused within the hold (0: unknown).
+	bytes int64
 	// learned is when the segment was last found full; retry is when the
 	// driver is asked again.
 	learned, retry time.Time
 }
 
-// status reports what is known of seg for class.
-func (f *fullSegments) status(class string, seg topology.Segment) fullStatus {
+// status reports what is known of seg for class, for a claim of bytes.
+func (f *fullSegments) status(class string, seg topology.Segment, bytes int64) fullStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, ok := f.marks[fullKey{class, seg.String()}]
@@ -87,13 +99,15 @@ func (f *fullSegments) status(class string, seg topology.Segment) fullStatus {
 		return fullStatus{}
 	}
 	retry := m.learned.Add(f.hold)
-	return fullStatus{known: true, held: f.clock.Now().Before(retry), wide: m.wide, learned: m.learned, retry: retry}
+	held := f.clock.Now().Before(retry) && bytes >= m.bytes
+	return fullStatus{known: true, held: held, wide: m.wide, bytes: m.bytes, learned: m.learned, retry: retry}
 }
 
-// learn marks seg full for class from now on (renewing an earlier mark) and
-// drops marks not renewed for fullForgetHolds hold times. wide: see
-// fullMark.
-func (f *fullSegments) learn(ctx context.Context, class string, seg topology.Segment, wide bool, why string) {
+// learn marks seg full for class from now on for volumes of bytes and more
+// (renewing an earlier mark; within its hold, the smaller size of the two
+// is kept) and drops marks not renewed for fullForgetHolds hold times.
+// wide: see fullMark.
+func (f *fullSegments) learn(ctx context.Context, class string, seg topology.Segment, wide bool, bytes int64, why string) {
 	f.mu.Lock()
 	now := f.clock.Now()
 	for k, m := range f.marks {
@@ -101,20 +115,29 @@ func (f *fullSegments) learn(ctx context.Context, class string, seg topology.Seg
 			delete(f.marks, k)
 		}
 	}
-	f.marks[fullKey{class, seg.String()}] = fullMark{seg: seg, learned: now, wide: wide}
+	k := fullKey{class, seg.String()}
+	if old, ok := f.marks[k]; ok && now.Before(old.learned.Add(f.hold)) && old.bytes < bytes {
+		bytes = old.bytes
+	}
+	f.marks[k] = fullMark{seg: seg, learned: now, wide: wide, bytes: bytes}
 	n := len(f.marks)
 	f.mu.Unlock()
 	f.metrics.setFullSegments(n)
-	klog.FromContext(ctx).V(2).Info("Segment has no room for the class; no CreateVolume for it until the hold has passed",
-		"segment", seg.String(), "storageClass", class, "why", why, "retryAt", now.Add(f.hold))
+	klog.FromContext(ctx).V(2).Info("Segment has no room for the class; no CreateVolume of this size or more for it until the hold has passed",
+		"segment", seg.String(), "storageClass", class, "why", why, "bytes", bytes, "retryAt", now.Add(f.hold))
 }
 
-// seen clears the mark of seg for class: the driver made a volume there.
-func (f *fullSegments) seen(ctx context.Context, class string, seg topology.Segment) {
+// seen clears the mark of seg for class: the driver made a volume of bytes
+// there, at least as large as the smallest one refused. A smaller volume
+// leaves the mark: it tells nothing of room for the larger one.
+func (f *fullSegments) seen(ctx context.Context, class string, seg topology.Segment, bytes int64) {
 	f.mu.Lock()
 	k := fullKey{class, seg.String()}
-	_, ok := f.marks[k]
-	delete(f.marks, k)
+	m, ok := f.marks[k]
+	ok = ok && bytes >= m.bytes
+	if ok {
+		delete(f.marks, k)
+	}
 	n := len(f.marks)
 	f.mu.Unlock()
 	if ok {
@@ -179,8 +202,12 @@ type segmentFullError struct {
 }
 
 func (e *segmentFullError) Error() string {
-	return fmt.Sprintf("segment %s had no room for StorageClass %q at %s; the driver is asked again after %s, or sooner when a volume there is deleted",
-		e.segment, e.class, e.status.learned.UTC().Format(time.RFC3339), e.status.retry.UTC().Format(time.RFC3339))
+	size := ""
+	if e.status.bytes > 0 {
+		size = fmt.Sprintf(" (a volume of %s was refused; a smaller claim is asked for at once)", resource.NewQuantity(e.status.bytes, resource.BinarySI))
+	}
+	return fmt.Sprintf("segment %s had no room for StorageClass %q at %s%s; the driver is asked again after %s, or sooner when a volume there is deleted",
+		e.segment, e.class, e.status.learned.UTC().Format(time.RFC3339), size, e.status.retry.UTC().Format(time.RFC3339))
 }
 
 // nodeSegment returns the selected node's segment of delayed-binding

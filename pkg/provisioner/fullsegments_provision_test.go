@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/testing/protocmp"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
@@ -30,6 +31,9 @@ type churnStep struct {
 	// deleteIn, when set, deletes a PV in that zone instead of provisioning.
 	deleteIn string
 	class    string // default "c"
+	// claim and size name the claim and its size; default data-<class>
+	// and 1Gi.
+	claim, size string
 	// wantState and wantErr (a substring) describe the provision's outcome.
 	wantState controller.ProvisioningState
 	wantErr   string
@@ -88,6 +92,22 @@ func TestProvisionFullSegment(t *testing.T) {
 			{name: "class d: placed elsewhere too", class: "d", wantState: controller.ProvisioningReschedule,
 				wantErr: string(RescheduleVolumeNotAccessible), wantCreates: 2, wantReqs: nonStrict, wantKnown: true, wantHeld: true},
 		}},
+		{name: "a smaller claim is asked for within the hold, a claim as large is held", strict: true, steps: []churnStep{
+			{name: "50Gi: no room", claim: "big-1", size: "50Gi", z1: bytesPtr(5 * gi), wantState: controller.ProvisioningReschedule,
+				wantErr: string(RescheduleNoCapacity), wantCreates: 1, wantReqs: onlyZ1, wantKnown: true, wantHeld: true},
+			{name: "1Gi: asked for in z1 only, fits, the mark stays", claim: "small", size: "1Gi", advance: time.Second,
+				wantState: controller.ProvisioningFinished, wantCreates: 2, wantReqs: onlyZ1, wantKnown: true},
+			{name: "another 50Gi: held", claim: "big-2", size: "50Gi", advance: time.Second, wantState: controller.ProvisioningReschedule,
+				wantErr: "had no room for StorageClass", wantCreates: 2, wantKnown: true, wantHeld: true},
+		}},
+		{name: "a refusal of a smaller claim lowers the size held", strict: true, steps: []churnStep{
+			{name: "50Gi: no room", claim: "big", size: "50Gi", z1: bytesPtr(0), wantState: controller.ProvisioningReschedule,
+				wantErr: string(RescheduleNoCapacity), wantCreates: 1, wantReqs: onlyZ1, wantKnown: true, wantHeld: true},
+			{name: "1Gi: no room either", claim: "small", size: "1Gi", wantState: controller.ProvisioningReschedule,
+				wantErr: string(RescheduleNoCapacity), wantCreates: 2, wantReqs: onlyZ1, wantKnown: true, wantHeld: true},
+			{name: "another 1Gi: held", claim: "small-2", size: "1Gi", wantState: controller.ProvisioningReschedule,
+				wantErr: "had no room for StorageClass", wantCreates: 2, wantKnown: true, wantHeld: true},
+		}},
 		{name: "strict topology: RESOURCE_EXHAUSTED marks", strict: true, steps: []churnStep{
 			{name: "no room", z1: bytesPtr(0), wantState: controller.ProvisioningReschedule, wantErr: string(RescheduleNoCapacity),
 				wantCreates: 1, wantReqs: onlyZ1, wantKnown: true, wantHeld: true},
@@ -112,7 +132,11 @@ func TestProvisionFullSegment(t *testing.T) {
 					class = "c"
 				}
 				e.churnStep(t, s, class)
-				if st := e.p.full.status(class, topology.Segment{zoneKey: "z1"}); st.known != s.wantKnown || st.held != s.wantHeld {
+				size := resource.MustParse("1Gi")
+				if s.size != "" {
+					size = resource.MustParse(s.size)
+				}
+				if st := e.p.full.status(class, topology.Segment{zoneKey: "z1"}, size.Value()); st.known != s.wantKnown || st.held != s.wantHeld {
 					t.Errorf("%s: mark known %v held %v, want known %v held %v", s.name, st.known, st.held, s.wantKnown, s.wantHeld)
 				}
 				if n := len(e.mock.Volumes()); n > 1 || (n == 1 && e.mock.Volumes()[0].Segment[zoneKey] != "z1") {
@@ -136,7 +160,14 @@ func (e *env) churnStep(t *testing.T, s churnStep, class string) {
 			t.Fatalf("%s: Delete: %v", s.name, err)
 		}
 	} else {
-		claim := makePVC("data-"+class, class).withSelectedNode("n1")
+		name := s.claim
+		if name == "" {
+			name = "data-" + class
+		}
+		claim := makePVC(name, class).withSelectedNode("n1")
+		if s.size != "" {
+			claim = claim.withSize(s.size)
+		}
 		pv, state, err := e.provision(t, claim.PersistentVolumeClaim, makeClass(class).StorageClass, makeNode("n1", "z1"))
 		if state != s.wantState || (s.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), s.wantErr)) {
 			t.Fatalf("%s: Provision = %v, %v; want %v with error containing %q", s.name, state, err, s.wantState, s.wantErr)
@@ -229,7 +260,7 @@ func TestProvisionFullSegmentPendingClaim(t *testing.T) {
 	if _, _, err := e.provision(t, other, class, n1); err == nil || !strings.Contains(err.Error(), string(RescheduleVolumeNotAccessible)) {
 		t.Fatalf("other claim: %v, want %s", err, RescheduleVolumeNotAccessible)
 	}
-	if st := e.p.full.status("c", topology.Segment{zoneKey: "z1"}); !st.held {
+	if st := e.p.full.status("c", topology.Segment{zoneKey: "z1"}, gi); !st.held {
 		t.Fatal("z1 not held after a volume was placed out of reach")
 	}
 	_, _, err := e.provision(t, pending, class, n1)

@@ -32,12 +32,14 @@ func TestFullSegments(t *testing.T) {
 		freed   []*csi.Topology
 		seg     topology.Segment // of learn and seen; default z1r1
 		wide    bool
+		bytes   int64 // size of the volume learnt or seen
 	}
 	tests := []struct {
 		name      string
 		steps     []step
 		class     string // the class asked about; default "fast"
 		seg       topology.Segment
+		bytes     int64 // size of the claim asked about
 		wantKnown bool
 		wantHeld  bool
 		wantWide  bool
@@ -70,6 +72,20 @@ func TestFullSegments(t *testing.T) {
 			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
 		{name: "a deletion in another zone keeps it", steps: []step{{learn: "fast"}, {freed: zone("z2")}},
 			seg: z1r1, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "a smaller claim is not held", steps: []step{{learn: "fast", bytes: 50 * gi}}, seg: z1r1, bytes: gi,
+			wantKnown: true, wantCount: 1},
+		{name: "a claim as large is held", steps: []step{{learn: "fast", bytes: 50 * gi}}, seg: z1r1, bytes: 50 * gi,
+			wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "a success of a smaller volume keeps the mark", steps: []step{{learn: "fast", bytes: 50 * gi}, {seen: "fast", bytes: gi}},
+			seg: z1r1, bytes: 50 * gi, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "a success as large clears it", steps: []step{{learn: "fast", bytes: 50 * gi}, {advance: hold}, {seen: "fast", bytes: 50 * gi}},
+			seg: z1r1, bytes: 50 * gi},
+		{name: "a smaller refusal within the hold lowers the size", steps: []step{{learn: "fast", bytes: 50 * gi}, {learn: "fast", bytes: gi}},
+			seg: z1r1, bytes: gi, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "a larger refusal within the hold keeps the smaller size", steps: []step{{learn: "fast", bytes: gi}, {learn: "fast", bytes: 50 * gi}},
+			seg: z1r1, bytes: gi, wantKnown: true, wantHeld: true, wantCount: 1},
+		{name: "a larger refusal after the hold sets its size", steps: []step{{learn: "fast", bytes: gi}, {advance: hold}, {learn: "fast", bytes: 50 * gi}},
+			seg: z1r1, bytes: gi, wantKnown: true, wantCount: 1},
 		{name: "a mark not renewed is forgotten at the next learn", steps: []step{{learn: "fast"}, {advance: fullForgetHolds*hold + 1}, {learn: "slow"}},
 			seg: z1r1, wantCount: 1},
 	}
@@ -86,10 +102,10 @@ func TestFullSegments(t *testing.T) {
 					seg = z1r1
 				}
 				if s.learn != "" {
-					f.learn(ctx, s.learn, seg, s.wide, "test")
+					f.learn(ctx, s.learn, seg, s.wide, s.bytes, "test")
 				}
 				if s.seen != "" {
-					f.seen(ctx, s.seen, seg)
+					f.seen(ctx, s.seen, seg, s.bytes)
 				}
 				f.freed(ctx, s.freed)
 			}
@@ -97,7 +113,7 @@ func TestFullSegments(t *testing.T) {
 			if class == "" {
 				class = "fast"
 			}
-			st := f.status(class, tc.seg)
+			st := f.status(class, tc.seg, tc.bytes)
 			if st.known != tc.wantKnown || st.held != tc.wantHeld || st.wide != tc.wantWide {
 				t.Errorf("status = known %v held %v wide %v, want known %v held %v wide %v",
 					st.known, st.held, st.wide, tc.wantKnown, tc.wantHeld, tc.wantWide)
@@ -115,8 +131,9 @@ func TestFullSegments(t *testing.T) {
 func TestSegmentFullError(t *testing.T) {
 	learned := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	err := &segmentFullError{class: "fast", segment: zoneKey + "=z1",
-		status: fullStatus{known: true, held: true, learned: learned, retry: learned.Add(time.Minute)}}
-	for _, want := range []string{zoneKey + "=z1", `had no room for StorageClass "fast" at 2026-01-01T12:00:00Z`, "asked again after 2026-01-01T12:01:00Z"} {
+		status: fullStatus{known: true, held: true, bytes: 50 * gi, learned: learned, retry: learned.Add(time.Minute)}}
+	for _, want := range []string{zoneKey + "=z1", `had no room for StorageClass "fast" at 2026-01-01T12:00:00Z`, "asked again after 2026-01-01T12:01:00Z",
+		"a volume of 50Gi was refused; a smaller claim is asked for at once"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}

@@ -78,8 +78,13 @@ type inFlightRecords struct {
 	// requests holds the last CreateVolume request per claim until the claim
 	// has a PV or its record is cleared.
 	requests map[types.UID]*csi.CreateVolumeRequest
-	// succeeded holds when a provision last returned a PV for a claim.
+	// succeeded holds when a provision last returned a PV for a claim,
+	// until the claim's record is removed.
 	succeeded map[types.UID]time.Time
+	// absent holds the claims whose last CreateVolume in this process
+	// said that no volume of their name exists (volumeAbsent), until their
+	// next attempt: their record may go (see dropAbsent).
+	absent map[types.UID]*v1.PersistentVolumeClaim
 }
 
 func newInFlightRecords(claims corev1client.PersistentVolumeClaimsGetter, node *NodeDeployment) *inFlightRecords {
@@ -87,7 +92,7 @@ func newInFlightRecords(claims corev1client.PersistentVolumeClaimsGetter, node *
 		return nil
 	}
 	return &inFlightRecords{writes: newClaimWriter(claims), node: node, busy: map[types.UID]bool{}, requests: map[types.UID]*csi.CreateVolumeRequest{},
-		succeeded: map[types.UID]time.Time{}}
+		succeeded: map[types.UID]time.Time{}, absent: map[types.UID]*v1.PersistentVolumeClaim{}}
 }
 
 // enter marks a claim as being provisioned; the returned function ends it.
@@ -125,6 +130,7 @@ func (f *inFlightRecords) remember(uid types.UID, req *csi.CreateVolumeRequest) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests[uid] = proto.Clone(req).(*csi.CreateVolumeRequest)
+	delete(f.absent, uid)
 }
 
 func (f *inFlightRecords) lastRequest(uid types.UID) *csi.CreateVolumeRequest {
@@ -145,6 +151,7 @@ func (f *inFlightRecords) done(uid types.UID, pvReturned bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.requests, uid)
+	delete(f.absent, uid)
 	if pvReturned {
 		now := time.Now()
 		for k, t := range f.succeeded {

@@ -183,14 +183,22 @@ type guardClaims struct {
 
 // Update sends a claim without volume.kubernetes.io/selected-node (the
 // library's reschedule, its only claim update) as a PATCH removing that
-// annotation (and, with node deployment, the in-flight record), with the
+// annotation (and, with node deployment or when no volume of the claim's
+// name exists, the in-flight record), with the
 // claim's UID as precondition (where RBAC refuses the PATCH, an UPDATE from
 // the API's current claim: see claimWriter); anything else as is.
 func (g *guardClaims) Update(ctx context.Context, claim *v1.PersistentVolumeClaim, opts metav1.UpdateOptions) (*v1.PersistentVolumeClaim, error) {
 	if _, ok := claim.Annotations[annSelectedNode]; ok || claim.UID == "" {
 		return g.PersistentVolumeClaimInterface.Update(ctx, claim, opts)
 	}
-	return g.writes.write(ctx, claim, dropSelectedNode(claim.UID, g.dropRecord, g.handBackLabel(claim), opts))
+	// A claim whose last CreateVolume said that no volume of its name
+	// exists loses its record with the same write.
+	absent := g.p != nil && g.p.records.isAbsent(claim.UID)
+	got, err := g.writes.write(ctx, claim, dropSelectedNode(claim.UID, g.dropRecord || absent, g.handBackLabel(claim), opts))
+	if err == nil && absent && len(opts.DryRun) == 0 {
+		g.p.records.done(claim.UID, false)
+	}
+	return got, err
 }
 
 // handBackLabel is the node label a claim handed back gets with node

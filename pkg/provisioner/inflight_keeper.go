@@ -115,6 +115,7 @@ func newInFlightRecordKeeper(ctx context.Context, p *Provisioner, claims cache.S
 			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
 				k.setOpen(c.UID, false)
 				k.forgetReleased(c.UID)
+				p.records.done(c.UID, false)
 			}
 		},
 	}); err != nil {

@@ -50,7 +50,7 @@ func NewMetrics(reg metrics.KubeRegistry) *Metrics {
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}},
 			[]string{"storage_class"}),
 		fullSegs: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "full_segments",
-			Help: "(storage class, segment) pairs the driver recently found without room; delayed claims there wait for the hold."}),
+			Help: "(storage class, segment) pairs the driver recently found without room, each for the smallest size refused; delayed claims there at least that large wait for the hold."}),
 	}
 	reg.MustRegister(m.operations, m.durations, m.reschedule, m.selected, m.fullSegs)
 	// Registered whether or not capacity is published: the gauge reads 0

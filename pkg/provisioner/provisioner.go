@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -129,6 +131,11 @@ type Provisioner struct {
 	// migration serves the in-tree plugin the driver replaces; nil when
 	// it replaces none.
 	migration *migration
+	// stopping: the process is stopping; no CreateVolume starts (see
+	// drain.go).
+	stopping atomic.Bool
+	// calls counts the Provision calls running.
+	calls atomic.Int64
 }
 
 var (
@@ -158,6 +165,11 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 // documentation for how errors map onto the returned state.
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	start := time.Now()
+	if err := p.refuseWhileStopping(); err != nil {
+		return nil, controller.ProvisioningFinished, err
+	}
+	p.calls.Add(1)
+	defer p.calls.Add(-1)
 	defer p.records.enter(opts.PVC.UID)()
 	// Only this attempt's outcome decides how slowly the next one comes.
 	p.deps.Retries.Unmark(opts.PVC.UID)
@@ -239,7 +251,11 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 	resp, err := p.deps.CSI.CreateVolume(callCtx, req.csi)
 	cancel()
 	if err != nil {
-		return p.createVolumeFailed(ctx, claim, class.Name, req.csi.Name, seg, delayed, err)
+		pv, state, err := p.createVolumeFailed(ctx, claim, class.Name, req.csi, seg, delayed, err)
+		if strings.HasSuffix(decision, termsAsWrittenNote) {
+			err = fmt.Errorf("%w (%s)", err, termsAsWrittenNote)
+		}
+		return pv, state, err
 	}
 	p.forgetBackground(claim.UID)
 	p.handBacks.forget(claim.UID)
@@ -248,7 +264,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return p.dropInaccessible(ctx, opts, req, resp.GetVolume(), seg)
 	}
 	if seg != nil {
-		p.full.seen(ctx, class.Name, seg)
+		p.full.seen(ctx, class.Name, seg, req.csi.GetCapacityRange().GetRequiredBytes())
 	}
 
 	return p.finishPV(ctx, opts, req, resp, migrated, decision)
@@ -272,7 +288,8 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 		return nil, "driver without topology support, no requirements", nil
 	}
 	claim, class, delayed := opts.PVC, opts.StorageClass, selectedNode != ""
-	reqs, err := p.requirements(opts, selectedNode, req.source)
+	placed, err := p.requirements(opts, selectedNode, req.source)
+	reqs := placed.Requirement
 	if err != nil {
 		state, reason := requirementsState(err, delayed)
 		return nil, "", &attemptEnd{state, reason, fmt.Errorf("computing topology requirements: %w", err)}
@@ -287,7 +304,7 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 	// volume (holding it would delete a volume perhaps made in the node's
 	// segment; other requirements could be refused).
 	if _, pending := p.backgroundName(claim.UID); seg != nil && !pending {
-		if st := p.full.status(class.Name, seg); st.held {
+		if st := p.full.status(class.Name, seg, req.csi.GetCapacityRange().GetRequiredBytes()); st.held {
 			return nil, "", &attemptEnd{controller.ProvisioningReschedule, RescheduleNoCapacity,
 				&segmentFullError{class: class.Name, segment: seg.String(), status: st}}
 		} else if st.known && !st.wide {
@@ -297,18 +314,26 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 		}
 	}
 	req.csi.AccessibilityRequirements = reqs
-	return seg, describeRequirements(selectedNode, reqs, strict), nil
+	decision := describeRequirements(selectedNode, reqs, strict)
+	if placed.TermsAsWritten {
+		decision += "; " + termsAsWrittenNote
+	}
+	return seg, decision, nil
 }
 
 // createVolumeFailed ends an attempt whose CreateVolume failed: a segment
 // without room is learnt as full for the class, an invalid request is
 // retried at the slow pace, and the claim is handed back or retried as the
 // code says.
-func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.PersistentVolumeClaim, class, name string, seg topology.Segment,
-	delayed bool, err error) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.PersistentVolumeClaim, class string, req *csi.CreateVolumeRequest,
+	seg topology.Segment, delayed bool, err error) (*v1.PersistentVolume, controller.ProvisioningState, error) {
+	name := req.GetName()
 	state, reason := createVolumeState(err, delayed)
+	if _, pending := p.backgroundName(claim.UID); !pending && volumeAbsent(err) {
+		p.records.markAbsent(claim)
+	}
 	if reason == RescheduleNoCapacity && seg != nil {
-		p.full.learn(ctx, class, seg, false, "RESOURCE_EXHAUSTED")
+		p.full.learn(ctx, class, seg, false, req.GetCapacityRange().GetRequiredBytes(), "RESOURCE_EXHAUSTED")
 	}
 	code := status.Code(err)
 	err = fmt.Errorf("CreateVolume %q: %w", name, err)
@@ -381,7 +406,8 @@ func (p *Provisioner) dropInaccessible(ctx context.Context, opts controller.Prov
 	err := fmt.Errorf("driver placed volume %q in %s, which node %q cannot reach (its segment has no room)",
 		vol.GetVolumeId(), segmentsString(vol.GetAccessibleTopology()), selectedNode)
 	if seg != nil {
-		p.full.learn(ctx, opts.StorageClass.Name, seg, len(vol.GetAccessibleTopology()) > 1, "volume placed out of the node's reach")
+		p.full.learn(ctx, opts.StorageClass.Name, seg, len(vol.GetAccessibleTopology()) > 1, req.csi.GetCapacityRange().GetRequiredBytes(),
+			"volume placed out of the node's reach")
 	}
 	if derr := p.deleteVolume(ctx, vol.GetVolumeId(), req.csi.Secrets); derr != nil {
 		p.rememberBackground(claim.UID, req.csi.Name)
@@ -458,7 +484,7 @@ func (p *Provisioner) backgroundName(uid types.UID) (string, bool) {
 
 // requirements computes the accessibility requirements of a claim from
 // informer data and the segment index.
-func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string, source *dataSource) (*csi.TopologyRequirement, error) {
+func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string, source *dataSource) (topology.Placement, error) {
 	in := topology.RequirementsInput{
 		Driver:            p.cfg.DriverName,
 		SelectedNode:      opts.SelectedNode,
@@ -478,11 +504,11 @@ func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNod
 		case apierrors.IsNotFound(err):
 			csiNode = nil
 		case err != nil:
-			return nil, fmt.Errorf("reading CSINode %q: %w", selectedNode, err)
+			return topology.Placement{}, fmt.Errorf("reading CSINode %q: %w", selectedNode, err)
 		}
 		in.CSINode = csiNode
 	}
-	return topology.Requirements(in)
+	return topology.Place(in)
 }
 
 // readSecret returns the data of a referenced Secret.

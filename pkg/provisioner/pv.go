@@ -106,6 +106,10 @@ func readerOnly(caps []*csi.VolumeCapability) bool {
 
 // describeRequirements says in an operator's words how the requirements of
 // a claim were chosen.
+// termsAsWrittenNote ends the decision of an immediate-binding claim whose
+// class's allowedTopologies were sent as written (topology.Placement).
+const termsAsWrittenNote = "no node of the driver is in a segment the StorageClass's allowedTopologies allow yet, so they were sent as written, as upstream external-provisioner sends them"
+
 func describeRequirements(selectedNode string, reqs *csi.TopologyRequirement, strict bool) string {
 	switch {
 	case reqs == nil:

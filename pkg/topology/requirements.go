@@ -71,9 +71,13 @@ type RequirementsInput struct {
 // Immediate binding: with AllowedTopologies, requisite is every segment, of
 // every key set, that the rule above allows. When there is none, because no
 // node of the driver reports topology yet or because none of them satisfies
-// a term, the result is an error wrapping ErrNoAllowedSegment that names the
-// terms and says which: never "no requirements", which would let the driver
-// put the volume anywhere. Without AllowedTopologies and with Immediate,
+// a term, requisite is the terms as written (Flatten), as upstream
+// external-provisioner sends them, and Placement.TermsAsWritten says so: a
+// node group scaled to zero gets its first node only once a pod needs one,
+// and the pod waits for this volume. Never "no requirements", which would
+// let the driver put the volume anywhere: terms that allow nothing (a term
+// without expressions) are an error wrapping ErrNoAllowedSegment that names
+// the terms and says why. Without AllowedTopologies and with Immediate,
 // requisite is every known segment. Otherwise, or when no segment is known,
 // there are no requirements (nil): the class does not restrict the volume.
 // preferred is requisite rotated by a stable hash of the claim name; for a
@@ -85,7 +89,8 @@ type RequirementsInput struct {
 // [{zone in (z1,z2), pool in (gold)}]. Immediate: requisite is [zone=z1]
 // (b is in z2 but not gold, c is gold but in z3). Delayed on node a: the
 // same. With [{example.com/unknown in (x)}], which no node carries,
-// immediate binding fails with ErrNoAllowedSegment.
+// immediate binding asks for requisite [example.com/unknown=x], the term as
+// written.
 //
 // A constrained Source narrows both modes to the segments that can reach
 // it (Reach.Segment): a delayed-binding node that cannot reach the source
@@ -99,8 +104,25 @@ type RequirementsInput struct {
 //
 // requisite is sorted by Segment.String.
 func Requirements(in RequirementsInput) (*csi.TopologyRequirement, error) {
+	p, err := Place(in)
+	return p.Requirement, err
+}
+
+// Placement is the outcome of Place.
+type Placement struct {
+	// Requirement is CreateVolume's accessibility requirements; nil: none.
+	Requirement *csi.TopologyRequirement
+	// TermsAsWritten: an immediate-binding claim's requisite is its class's
+	// allowedTopologies as written, because no known node of the driver is
+	// in a segment they allow (see Requirements).
+	TermsAsWritten bool
+}
+
+// Place is Requirements, and also says how the requirements were chosen.
+func Place(in RequirementsInput) (Placement, error) {
 	if in.SelectedNodeName != "" {
-		return delayedRequirements(in)
+		r, err := delayedRequirements(in)
+		return Placement{Requirement: r}, err
 	}
 	return immediateRequirements(in)
 }
@@ -172,13 +194,14 @@ func delayedRequirements(in RequirementsInput) (*csi.TopologyRequirement, error)
 	}, nil
 }
 
-func immediateRequirements(in RequirementsInput) (*csi.TopologyRequirement, error) {
+func immediateRequirements(in RequirementsInput) (Placement, error) {
 	var requisite []Segment
+	asWritten := false
 	switch {
 	case len(in.AllowedTopologies) > 0:
 		var err error
-		if requisite, err = allowedSegments(in); err != nil {
-			return nil, err
+		if requisite, asWritten, err = allowedSegments(in); err != nil {
+			return Placement{}, err
 		}
 	case in.Immediate && in.Index != nil:
 		requisite = in.Index.allSegments()
@@ -190,42 +213,39 @@ func immediateRequirements(in RequirementsInput) (*csi.TopologyRequirement, erro
 		}
 		requisite = in.Source.FilterSegments(candidates)
 		if len(candidates) > 0 && len(requisite) == 0 {
-			return nil, fmt.Errorf("%w: the data source %s is accessible from %s only, and none of the %d segment(s) the volume may be placed in (%s) reaches it%s",
+			return Placement{}, fmt.Errorf("%w: the data source %s is accessible from %s only, and none of the %d segment(s) the volume may be placed in (%s) reaches it%s",
 				ErrSourceUnreachable, in.sourceName(), in.Source, len(candidates), formatSegments(candidates), in.sourceWhy())
 		}
 	}
 	if len(requisite) == 0 {
-		return nil, nil
+		return Placement{}, nil
 	}
-	return &csi.TopologyRequirement{
+	return Placement{TermsAsWritten: asWritten, Requirement: &csi.TopologyRequirement{
 		Requisite: toCSI(requisite),
 		Preferred: toCSI(rotate(requisite, spreadOffset(in.ClaimName, len(requisite)))),
-	}, nil
+	}}, nil
 }
 
 // allowedSegments returns the segments, of every key set, in which some node
-// of the driver satisfies the class's allowedTopologies (see Requirements),
-// or an error wrapping ErrInvalidTopology or ErrNoAllowedSegment; never an
-// empty list without an error.
-func allowedSegments(in RequirementsInput) ([]Segment, error) {
+// of the driver satisfies the class's allowedTopologies (see Requirements);
+// when there is none, the terms as written (Flatten) and asWritten. The
+// error wraps ErrInvalidTopology, or ErrNoAllowedSegment when the terms
+// allow nothing; never an empty list without an error.
+func allowedSegments(in RequirementsInput) (segs []Segment, asWritten bool, err error) {
 	if err := validateTerms(in.AllowedTopologies); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var segs []Segment
-	nodes := 0
 	if in.Index != nil {
-		segs, nodes = in.Index.allowed(in.AllowedTopologies, nil)
+		segs, _ = in.Index.allowed(in.AllowedTopologies, nil)
 	}
-	switch {
-	case len(segs) > 0:
-		return segs, nil
-	case nodes == 0:
-		return nil, fmt.Errorf("%w: no node of CSI driver %q reports topology yet (a CSINode entry with topology keys and labels for all of them), so no segment is known where a node satisfies the StorageClass's allowedTopologies %s",
-			ErrNoAllowedSegment, in.Driver, formatTerms(in.AllowedTopologies))
-	default:
-		return nil, fmt.Errorf("%w: no node of CSI driver %q has labels satisfying any term of the StorageClass's allowedTopologies %s (%d node(s) of the driver report topology)",
-			ErrNoAllowedSegment, in.Driver, formatTerms(in.AllowedTopologies), nodes)
+	if len(segs) > 0 {
+		return segs, false, nil
 	}
+	if segs, err = Flatten(in.AllowedTopologies); err != nil || len(segs) > 0 {
+		return segs, err == nil, err
+	}
+	return nil, false, fmt.Errorf("%w: the StorageClass's allowedTopologies %s allow no segment (a term without expressions)",
+		ErrNoAllowedSegment, formatTerms(in.AllowedTopologies))
 }
 
 func (in RequirementsInput) sourceName() string {

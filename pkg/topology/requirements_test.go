@@ -208,7 +208,9 @@ func TestRequirementsImmediate(t *testing.T) {
 		immediate bool
 		index     *Index
 		want      *csi.TopologyRequirement
-		wantErr   error
+		// wantAsWritten: the terms were sent as written.
+		wantAsWritten bool
+		wantErr       error
 		// wantMsg lists what the error message must say.
 		wantMsg []string
 	}{
@@ -242,11 +244,8 @@ func TestRequirementsImmediate(t *testing.T) {
 			},
 		},
 		{
-			name:    "unknown key no node carries",
-			allowed: unknown,
-			index:   zones,
-			wantErr: ErrNoAllowedSegment,
-			wantMsg: []string{"[{example.com/unknown in (x)}]", `no node of CSI driver "mock.csi.example.com" has labels satisfying any term`, "3 node(s)"},
+			name: "unknown key no node carries: the term as written", allowed: unknown, index: zones, wantAsWritten: true,
+			want: &csi.TopologyRequirement{Requisite: csiTopo(seg("example.com/unknown", "x")), Preferred: csiTopo(seg("example.com/unknown", "x"))},
 		},
 		{
 			name:    "allowedTopologies naming only some driver keys select known segments",
@@ -267,18 +266,25 @@ func TestRequirementsImmediate(t *testing.T) {
 			},
 		},
 		{
-			name: "no known segment allowed", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z9"))}, index: racks,
-			wantErr: ErrNoAllowedSegment, wantMsg: []string{"[{" + zoneKey + " in (z9)}]"},
+			name:    "no node in an allowed segment (a node group scaled to zero): the terms as written",
+			allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z8", "z9")), term(expr(zoneKey, "z7"), expr(rackKey, "r1"))}, index: racks,
+			wantAsWritten: true, want: &csi.TopologyRequirement{
+				Requisite: csiTopo(seg(zoneKey, "z7", rackKey, "r1"), seg(zoneKey, "z8"), seg(zoneKey, "z9")),
+				Preferred: csiTopo(seg(zoneKey, "z8"), seg(zoneKey, "z9"), seg(zoneKey, "z7", rackKey, "r1")),
+			},
 		},
 		{
-			name: "no node reports topology: refused, the terms are not passed through", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},
-			index: NewIndex(testDriver), wantErr: ErrNoAllowedSegment, wantMsg: []string{"reports topology yet", "[{" + zoneKey + " in (z1)}]"},
+			name: "no node reports topology: the terms as written", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},
+			index: NewIndex(testDriver), wantAsWritten: true, want: &csi.TopologyRequirement{Requisite: csiTopo(seg(zoneKey, "z1")), Preferred: csiTopo(seg(zoneKey, "z1"))},
 		},
 		{
-			name: "driver without topology keys: refused", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},
-			index: keyless, wantErr: ErrNoAllowedSegment, wantMsg: []string{"reports topology yet"},
+			name: "driver without topology keys: the terms as written", allowed: []v1.TopologySelectorTerm{term(expr(zoneKey, "z1"))},
+			index: keyless, wantAsWritten: true, want: &csi.TopologyRequirement{Requisite: csiTopo(seg(zoneKey, "z1")), Preferred: csiTopo(seg(zoneKey, "z1"))},
 		},
-		{name: "no index: refused", allowed: unknown, wantErr: ErrNoAllowedSegment},
+		{
+			name: "no index: the terms as written", allowed: unknown, wantAsWritten: true,
+			want: &csi.TopologyRequirement{Requisite: csiTopo(seg("example.com/unknown", "x")), Preferred: csiTopo(seg("example.com/unknown", "x"))},
+		},
 		{
 			name: "a term without expressions allows nothing", allowed: []v1.TopologySelectorTerm{term()}, index: zones,
 			wantErr: ErrNoAllowedSegment, wantMsg: []string{"allowedTopologies [{}]"},
@@ -287,10 +293,14 @@ func TestRequirementsImmediate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Requirements(RequirementsInput{
+			placed, err := Place(RequirementsInput{
 				Driver: testDriver, AllowedTopologies: tc.allowed, Immediate: tc.immediate,
 				Index: tc.index, ClaimName: "data-web-1",
 			})
+			got := placed.Requirement
+			if placed.TermsAsWritten != tc.wantAsWritten {
+				t.Errorf("TermsAsWritten = %t, want %t", placed.TermsAsWritten, tc.wantAsWritten)
+			}
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error = %v, want %v", err, tc.wantErr)
 			}

@@ -179,6 +179,10 @@ func topologyCases() []tcase {
 			tcase{name: "topology/" + string(p) + "/immediate", profile: p, want: wantBound},
 			tcase{name: "topology/" + string(p) + "/immediate-allowed", profile: p, want: wantBound,
 				class: classSpec{allowedZones: []string{"z2", "z3"}}},
+			// No node in the allowed zone (a node group scaled to zero):
+			// the terms go as written; the mock has no such zone.
+			tcase{name: "topology/" + string(p) + "/immediate-allowed-no-node", profile: p, want: wantFailed,
+				class: classSpec{allowedZones: []string{"z9"}}},
 			tcase{name: "topology/" + string(p) + "/wffc", profile: p, want: wantBound, podZone: "z2", del: &deleteSpec{},
 				class: classSpec{wffc: true}},
 			tcase{name: "topology/" + string(p) + "/wffc-allowed", profile: p, want: wantBound, podZone: "z3",

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,54 +17,43 @@ import (
 // TestImmediateAllowedTopologiesUnknownKey: with immediate binding, a class's
 // allowedTopologies restricts the volume to segments where some node of the
 // driver satisfies a whole term, labels that are not driver keys included.
-// A term no node satisfies leaves the claim Pending with a Warning Event that
-// names the term and says why, and makes no volume; a term that ANDs zones
+// A term no node satisfies goes to the driver as written, as upstream sends
+// it (a node group scaled to zero has no node until a pod needs one), and
+// the claim's ProvisioningSucceeded Event says so (the mock driver ignores
+// a key it does not know and places the volume). A term that ANDs zones
 // with a label only one node carries puts the volume in that node's zone.
 func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
-	t.Run("no node satisfies the class", func(t *testing.T) {
+	t.Run("no node satisfies the class: the terms go as written", func(t *testing.T) {
 		ctx, ns := lab.NewNamespace(t, env.Cluster, "e2e-")
-		before := mustNamespaceVolumes(t, ctx, ns)
 		class := lab.NewClass(t, ctx, env.Cluster, ns+"-unknown", lab.ClassOptions{Immediate: true, Terms: []v1.TopologySelectorTerm{
 			{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: "example.com/unknown", Values: []string{"x"}}}},
 		}})
 		lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
-		want := []string{"[{example.com/unknown in (x)}]", "no node of CSI driver"}
-		var events string
+		pv := lab.WaitBound(t, ctx, env.Cluster, ns, "data")
+		want := []string{"sent as written"}
+		events := lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data")
 		if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-			pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			if pvc.Status.Phase == v1.ClaimBound {
-				return false, fmt.Errorf("claim bound to PV %s despite a class no node satisfies", pvc.Spec.VolumeName)
-			}
 			events = lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data")
-			return warningSays(events, "ProvisioningFailed", want), nil
+			return eventSays(events, "Normal", "ProvisioningSucceeded", want), nil
 		}); err != nil {
-			t.Fatalf("no Warning ProvisioningFailed Event saying %q: %v; events:%s", want, err, lab.EventsOf(ctx, env.Cluster, ns, "PersistentVolumeClaim", "data"))
+			t.Fatalf("no ProvisioningSucceeded Event saying %q: %v; events:%s", want, err, events)
 		}
-		t.Logf("claim events:%s", events)
-		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		reqs, err := env.CreateRequests(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pvc.Status.Phase != v1.ClaimPending || pvc.Spec.VolumeName != "" {
-			t.Errorf("claim phase %s, volume %q; want Pending without a volume", pvc.Status.Phase, pvc.Spec.VolumeName)
-		}
-		if n := volumesOfClaim(t, ctx, pvc.UID); n != 0 {
-			t.Errorf("the driver has %d volume(s) for the claim, want none", n)
-		}
-		if after := mustNamespaceVolumes(t, ctx, ns); after > before {
-			t.Errorf("driver volumes %d -> %d: a refused claim made a volume", before, after)
-		}
-		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, pv := range pvs.Items {
-			if ref := pv.Spec.ClaimRef; ref != nil && ref.UID == pvc.UID {
-				t.Errorf("PV %s made for the claim", pv.Name)
+		wantReq := []map[string]string{{"example.com/unknown": "x"}}
+		found := false
+		for _, r := range reqs {
+			if r.Code == "OK" && r.Result == pv.Spec.CSI.VolumeHandle {
+				found = true
+				if !reflect.DeepEqual(r.Requisite, wantReq) {
+					t.Errorf("CreateVolume %s requisite %v, want the term as written %v", r.Name, r.Requisite, wantReq)
+				}
 			}
+		}
+		if !found {
+			t.Errorf("no CreateVolume request of the driver for PV %s", pv.Name)
 		}
 	})
 
@@ -97,8 +87,14 @@ func TestImmediateAllowedTopologiesUnknownKey(t *testing.T) {
 // warningSays reports whether events (as lab.EventsOf renders them) hold a
 // Warning of reason whose message contains every string of want.
 func warningSays(events, reason string, want []string) bool {
+	return eventSays(events, "Warning", reason, want)
+}
+
+// eventSays reports whether events (as lab.EventsOf renders them) hold an
+// Event of type typ and reason whose message contains every string of want.
+func eventSays(events, typ, reason string, want []string) bool {
 	for _, line := range strings.Split(events, "\n") {
-		msg, ok := strings.CutPrefix(strings.TrimSpace(line), "Warning "+reason+": ")
+		msg, ok := strings.CutPrefix(strings.TrimSpace(line), typ+" "+reason+": ")
 		if !ok {
 			continue
 		}

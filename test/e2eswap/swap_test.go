@@ -51,7 +51,7 @@ type world struct {
 // volume.
 func TestSwapUpstreamOursUpstream(t *testing.T) {
 	start := time.Now()
-	w := newWorld(t)
+	w := newWorld(t, "swap")
 	n := groupSize
 	swapTo(t, upstream)
 
@@ -123,9 +123,11 @@ func swapTo(t *testing.T, binary string) {
 	}
 }
 
-func newWorld(t *testing.T) *world {
+// newWorld makes the namespace name, with its WaitForFirstConsumer class
+// of the same name and an Immediate class name-immediate.
+func newWorld(t *testing.T, name string) *world {
 	_, ctx := ktesting.NewTestContext(t)
-	w := &world{t: t, ctx: ctx, ns: "swap", immediate: "swap-immediate", wffc: "swap"}
+	w := &world{t: t, ctx: ctx, ns: name, immediate: name + "-immediate", wffc: name}
 	env.NamespaceWithClass(t, ctx, w.ns)
 	mode := storagev1.VolumeBindingImmediate
 	if _, err := client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
