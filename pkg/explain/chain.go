@@ -39,11 +39,12 @@ type explainer struct {
 	filter  map[string]*scheduler.Status
 	// segments are the driver's segments; allowed those the class allows.
 	segments, allowed []topology.Segment
-	// leaderState: "fresh", "expired", "missing" or "unknown".
-	leaderState string
-	lines       []Line
-	cause       Cause
-	conclusion  string
+	// provState is what the evidence says of the driver's provisioner
+	// (provisionerLine).
+	provState  provState
+	lines      []Line
+	cause      Cause
+	conclusion string
 }
 
 func (e *explainer) add(step string, st State, format string, args ...any) {
@@ -104,38 +105,6 @@ func (e *explainer) classLine() {
 		mode = *sc.VolumeBindingMode
 	}
 	e.add("class", Pass, "class %s: driver %s, binding mode %s, %d parameter(s)", sc.Name, sc.Provisioner, mode, len(sc.Parameters))
-}
-
-func (e *explainer) provisionerLine() {
-	name := LeaderLeaseName(e.s.class.Provisioner)
-	l := e.s.leader
-	switch {
-	case l == nil && !e.anyRead("list leader lease"):
-		e.leaderState = "unknown"
-		e.add("provisioner", Unknown, "leader Lease %s could not be read", name)
-	case l == nil:
-		e.leaderState = "missing"
-		e.add("provisioner", Fail, "no leader Lease %s: no provisioner with --leader-election runs for %s (a single replica without it, or node deployment, holds none)",
-			name, e.s.class.Provisioner)
-	default:
-		dur := 15 * time.Second
-		if l.Spec.LeaseDurationSeconds != nil {
-			dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-		}
-		last := renewed(l).Time
-		holder := ""
-		if l.Spec.HolderIdentity != nil {
-			holder = *l.Spec.HolderIdentity
-		}
-		if !last.IsZero() && e.now.Sub(last) <= dur {
-			e.leaderState = "fresh"
-			e.add("provisioner", Pass, "provisioner running: %s holds Lease %s/%s, renewed %s ago", holder, l.Namespace, l.Name, ago(e.now, last))
-			return
-		}
-		e.leaderState = "expired"
-		e.add("provisioner", Fail, "no provisioner running: Lease %s/%s (last holder %q) expired, last renewed %s ago (duration %s)",
-			l.Namespace, l.Name, holder, ago(e.now, last), dur)
-	}
 }
 
 func (e *explainer) anyRead(prefix string) bool {

@@ -71,8 +71,8 @@ func (e *explainer) conclude() {
 		e.concludeBound()
 	case s.class == nil:
 		e.set(CauseClassNotFound, "class %q does not exist: create it, or recreate the claim with an existing class", claimClass(s.claim))
-	case e.leaderState == "expired":
-		e.set(CauseNoProvisioner, "no provisioner for %s is running (its leader Lease %s expired): start csi-provisioner (check its Deployment and logs)",
+	case e.provState == provStopped:
+		e.set(CauseNoProvisioner, "no provisioner for %s is running (its leader Lease %s expired, and nothing of a provisioner came since): start csi-provisioner (check its Deployment and logs)",
 			s.class.Provisioner, s.leader.Namespace+"/"+s.leader.Name)
 	case e.concludeClassEvent():
 	case e.concludeSelected():
@@ -83,7 +83,7 @@ func (e *explainer) conclude() {
 		e.set(CauseNoAllowedSegment, "allowedTopologies of class %s (%s) match no node with driver %s (its segments: %s): fix the class's allowedTopologies, or install the node plugin on nodes there",
 			s.class.Name, termsString(s.class.AllowedTopologies), s.class.Provisioner, segString(e.segments))
 	case e.concludeFilter():
-	case e.leaderState == "missing" && !e.provisionerSpoke():
+	case e.provState == provUnknown && s.leader == nil && e.anyRead("list leader lease") && e.latestSign() == nil && !e.provisionerSpoke():
 		e.set(CauseNoProvisioner, "no provisioner for %s seems to run: no leader Lease %s and no Event from it on the claim: start csi-provisioner (with --leader-election, this tool can tell for sure)",
 			s.class.Provisioner, LeaderLeaseName(s.class.Provisioner))
 	case isDelayed(s.class) && len(s.pods) == 0:

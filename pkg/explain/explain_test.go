@@ -80,10 +80,13 @@ func cluster(extra ...runtime.Object) []runtime.Object {
 	return clusterWith(leader(time.Second), extra...)
 }
 
-// clusterWith is cluster with another Lease; a CSINode in extra replaces
-// the default one of its node.
+// clusterWith is cluster with another Lease (nil: none); a CSINode in
+// extra replaces the default one of its node.
 func clusterWith(lease *coordinationv1.Lease, extra ...runtime.Object) []runtime.Object {
-	out := []runtime.Object{node("n1", "z1"), node("n2", "z2"), node("n3", "z3"), lease}
+	out := []runtime.Object{node("n1", "z1"), node("n2", "z2"), node("n3", "z3")}
+	if lease != nil {
+		out = append(out, lease)
+	}
 	csiNodes := map[string]runtime.Object{"n1": csiNode("n1", true), "n2": csiNode("n2", true), "n3": csiNode("n3", false)}
 	for _, o := range extra {
 		if n, ok := o.(*storagev1.CSINode); ok {

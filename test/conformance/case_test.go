@@ -30,6 +30,9 @@ const (
 	// is Bound (the provisioner has worked through its queue), for claims a
 	// provisioner must leave alone.
 	wantIgnored outcome = "ignored"
+	// wantSettled waits until the claim is Bound or the provisioner
+	// posted a Warning Event on it, for a case whose sides differ in that.
+	wantSettled outcome = "settled"
 )
 
 // source is a data source a case prepares before its claim.
@@ -108,6 +111,8 @@ type tcase struct {
 	// static binds the claim to a pre-made PV of the side's driver that no
 	// provisioner made (no provisioned-by annotation).
 	static bool
+	// crossNS puts the case's source in another namespace (crossns_test.go).
+	crossNS *crossNSSpec
 }
 
 // run is one case on one side: its namespace (also the names of its class
@@ -121,9 +126,32 @@ type run struct {
 	waits []string          // conditions that timed out
 	// lastSeq is the driver's last call the previous observation saw.
 	lastSeq int64
+	// pv is the name of the claim's PV once it was seen bound.
+	pv string
 }
 
 func (r *run) driver() string { return r.inst.driver }
+
+// profile is the case's profile (profileDefault when unset).
+func (r *run) profile() profile {
+	if r.tc.profile == "" {
+		return profileDefault
+	}
+	return r.tc.profile
+}
+
+// pvName is the claim's PV: the one it was seen bound to, else the static
+// PV, else the name both provisioners give it (the CSI volume name of
+// the claim, pvc-<UID> without --volume-name-prefix).
+func (r *run) pvName() string {
+	switch {
+	case r.pv != "":
+		return r.pv
+	case r.tc.static:
+		return r.ns + "-static"
+	}
+	return volumeName(r.profile(), r.uids["data"])
+}
 
 func (r *run) className() string { return r.ns }
 
@@ -149,6 +177,9 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	if _, err := c.StorageV1().StorageClasses().Create(ctx, r.storageClass(), metav1.CreateOptions{}); err != nil {
 		return err
+	}
+	if r.tc.crossNS != nil {
+		return r.prepareCrossNS(ctx)
 	}
 	switch r.tc.claim.source {
 	case sourceClone:
@@ -242,28 +273,41 @@ func (r *run) claim() *v1.PersistentVolumeClaim {
 
 // sourceClaim creates the claim "src" of the case's class and waits until
 // it is Bound.
-func (r *run) sourceClaim(ctx context.Context) error {
+func (r *run) sourceClaim(ctx context.Context) error { return r.sourceClaimIn(ctx, r.ns) }
+
+// sourceClaimIn creates the claim "src" of the case's class in namespace
+// ns and waits until it is Bound.
+func (r *run) sourceClaimIn(ctx context.Context, ns string) error {
 	class := r.className()
-	src := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "src", Namespace: r.ns},
+	src := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "src", Namespace: ns},
 		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
 	if r.tc.claim.block {
 		src.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock)
 	}
-	src, err := env.client.CoreV1().PersistentVolumeClaims(r.ns).Create(ctx, src, metav1.CreateOptions{})
+	src, err := env.client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, src, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
 	r.uids["src"] = string(src.UID)
 	if r.tc.class.wffc {
-		if err := r.pod(ctx, "src-user", "src", "z1"); err != nil {
+		if err := r.pod(ctx, "src-user", "src", r.sourceZone()); err != nil {
 			return err
 		}
 	}
-	if !r.waitBound(ctx, "src") {
-		return fmt.Errorf("source claim %s/src not bound", r.ns)
+	if !r.waitBoundIn(ctx, ns, "src") {
+		return fmt.Errorf("source claim %s/src not bound", ns)
 	}
 	return nil
+}
+
+// sourceZone is where the pod of a delayed-binding source claim runs: z1,
+// or the zone of the profile's pods.
+func (r *run) sourceZone() string {
+	if z := profiles[r.profile()].podZone; z != "" {
+		return z
+	}
+	return "z1"
 }
 
 // pod creates a pod on node-<zone> that uses claim.
@@ -312,6 +356,9 @@ func (r *run) staticPV(ctx context.Context) error {
 func (r *run) cleanup(ctx context.Context) {
 	c := env.client
 	_ = c.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{})
+	if r.tc.crossNS != nil {
+		_ = c.CoreV1().Namespaces().Delete(ctx, r.sourceNamespace(), metav1.DeleteOptions{})
+	}
 	_ = c.StorageV1().StorageClasses().Delete(ctx, r.className(), metav1.DeleteOptions{})
 	_ = c.StorageV1().VolumeAttributesClasses().Delete(ctx, r.ns+"-vac", metav1.DeleteOptions{})
 	_ = c.CoreV1().PersistentVolumes().Delete(ctx, r.ns+"-static", metav1.DeleteOptions{})

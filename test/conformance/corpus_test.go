@@ -31,10 +31,11 @@ func corpus() []tcase {
 	cs = append(cs, parameterCases()...)
 	cs = append(cs, modeCases()...)
 	cs = append(cs, sourceCases()...)
+	cs = append(cs, crossNamespaceCases()...)
 	cs = append(cs, topologyCases()...)
 	cs = append(cs, deletionCases()...)
 	cs = append(cs, migrationCases()...)
-	return cs
+	return append(cs, profileCases(cs)...)
 }
 
 // secretCases: every kind's keys with a literal name, with templates, with
@@ -144,11 +145,11 @@ func modeCases() []tcase {
 }
 
 // sourceCases: clone and restore through dataSource and dataSourceRef, a
-// populator's kind, missing sources, a cross-namespace reference, a
-// delayed restore whose pod is in another zone than the snapshot's volume.
+// populator's kind, missing sources, a delayed restore whose pod is in
+// another zone than the snapshot's volume (crossns_test.go: another
+// namespace).
 func sourceCases() []tcase {
 	widget := &v1.TypedObjectReference{APIGroup: ptr.To("example.com"), Kind: "Widget", Name: "w"}
-	crossNS := &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "src", Namespace: ptr.To("default")}
 	missingPVC := &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "nope"}
 	missingSnap := &v1.TypedObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: "nope"}
 	return []tcase{
@@ -159,7 +160,6 @@ func sourceCases() []tcase {
 		{name: "source/snapshot", want: wantBound, claim: claimSpec{source: sourceSnapshot}, del: &deleteSpec{}},
 		{name: "source/snapshot-ref", want: wantBound, claim: claimSpec{source: sourceSnapshot, useRef: true}},
 		{name: "source/populator", want: wantIgnored, claim: claimSpec{ref: widget}},
-		{name: "source/cross-namespace", want: wantFailed, claim: claimSpec{ref: crossNS}},
 		{name: "source/missing-claim", want: wantFailed, claim: claimSpec{ref: missingPVC}},
 		{name: "source/missing-snapshot", want: wantFailed, claim: claimSpec{ref: missingSnap}},
 		{name: "source/clone-wffc", want: wantBound, podZone: "z1", class: classSpec{wffc: true}, claim: claimSpec{source: sourceClone}},

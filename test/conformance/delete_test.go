@@ -65,7 +65,7 @@ func (r *run) detach(ctx context.Context) error {
 	if err := env.client.StorageV1().VolumeAttachments().Delete(ctx, r.ns+"-va", metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("detaching: %w", err)
 	}
-	pvName := "pvc-" + r.uids["data"]
+	pvName := r.pvName()
 	r.waitFor(ctx, "the PV deleted after the detach", func(ctx context.Context) (bool, error) {
 		_, err := env.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		return isGone(err), nil

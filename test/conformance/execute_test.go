@@ -53,15 +53,19 @@ func (r *run) execute(ctx context.Context) (map[string]string, error) {
 			r.waitSettled(ctx)
 		}
 	case wantFailed:
-		r.waitFor(ctx, "a Warning Event from the provisioner on the claim", func(ctx context.Context) (bool, error) {
-			evs, err := r.events(ctx, "PersistentVolumeClaim", "data")
-			for _, e := range evs {
-				if e.Type == v1.EventTypeWarning {
-					return true, err
-				}
+		r.waitFor(ctx, "a Warning Event from the provisioner on the claim", r.warned)
+	case wantSettled:
+		bound := false
+		r.waitFor(ctx, "the claim Bound or a Warning Event on it", func(ctx context.Context) (bool, error) {
+			pvc, err := env.client.CoreV1().PersistentVolumeClaims(r.ns).Get(ctx, "data", metav1.GetOptions{})
+			if bound = err == nil && pvc.Status.Phase == v1.ClaimBound; bound {
+				return true, nil
 			}
-			return false, err
+			return r.warned(ctx)
 		})
+		if bound {
+			r.waitSettled(ctx)
+		}
 	case wantIgnored:
 		if err := r.sentinel(ctx); err != nil {
 			return nil, err
@@ -91,6 +95,13 @@ func (r *run) execute(ctx context.Context) (map[string]string, error) {
 	return obs, err
 }
 
+// warned reports whether the provisioner posted a Warning Event on the
+// claim.
+func (r *run) warned(ctx context.Context) (bool, error) {
+	evs, err := r.events(ctx, "PersistentVolumeClaim", "data")
+	return slices.ContainsFunc(evs, func(e v1.Event) bool { return e.Type == v1.EventTypeWarning }), err
+}
+
 // waitFor polls cond up to caseTimeout; a timeout is recorded (and so shows
 // in the diff when only one side times out).
 func (r *run) waitFor(ctx context.Context, what string, cond func(context.Context) (bool, error)) bool {
@@ -106,8 +117,15 @@ func (r *run) waitFor(ctx context.Context, what string, cond func(context.Contex
 }
 
 func (r *run) waitBound(ctx context.Context, claim string) bool {
+	return r.waitBoundIn(ctx, r.ns, claim)
+}
+
+func (r *run) waitBoundIn(ctx context.Context, ns, claim string) bool {
 	return r.waitFor(ctx, "claim "+claim+" Bound", func(ctx context.Context) (bool, error) {
-		pvc, err := env.client.CoreV1().PersistentVolumeClaims(r.ns).Get(ctx, claim, metav1.GetOptions{})
+		pvc, err := env.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err == nil && claim == "data" && pvc.Spec.VolumeName != "" {
+			r.pv = pvc.Spec.VolumeName
+		}
 		return err == nil && pvc.Status.Phase == v1.ClaimBound, err
 	})
 }
@@ -120,7 +138,7 @@ func (r *run) waitBound(ctx context.Context, claim string) bool {
 func (r *run) waitSettled(ctx context.Context) {
 	if r.tc.class.reclaim == v1.PersistentVolumeReclaimRetain {
 		defer r.waitFor(ctx, "no protection finalizer on the Retain PV", func(ctx context.Context) (bool, error) {
-			pv, err := env.client.CoreV1().PersistentVolumes().Get(ctx, "pvc-"+r.uids["data"], metav1.GetOptions{})
+			pv, err := env.client.CoreV1().PersistentVolumes().Get(ctx, r.pvName(), metav1.GetOptions{})
 			return err == nil && !slices.Contains(pv.Finalizers, pvProtectionFinalizer), err
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"testing"
@@ -58,23 +59,6 @@ var (
 	sides    = []side{ours, upstream}
 )
 
-// profile is a set of provisioner flags; every profile runs one
-// provisioner and one mock controller per side, with a driver name of its
-// own.
-type profile string
-
-const (
-	profileDefault     profile = "default"
-	profileStrict      profile = "strict"
-	profileNoImmediate profile = "noimmediate"
-)
-
-var profiles = map[profile][]string{
-	profileDefault:     nil,
-	profileStrict:      {"--strict-topology"},
-	profileNoImmediate: {"--immediate-topology=false"},
-}
-
 // driverName is the mock driver name of a profile and side; both sides of
 // profileMigration serve the migration target's name.
 func driverName(p profile, s side) string {
@@ -124,7 +108,8 @@ func TestMain(m *testing.M) {
 		// Only the doc is rewritten: no control plane.
 		os.Exit(m.Run())
 	}
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{SnapshotCRDs: true}, func(ctx context.Context, c *controlplane.Cluster) error {
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{SnapshotCRDs: true,
+		APIServerArgs: []string{crossNamespaceGate}}, func(ctx context.Context, c *controlplane.Cluster) error {
 		var err error
 		env, err = setup(ctx, c)
 		return err
@@ -146,6 +131,9 @@ func setup(ctx context.Context, c *controlplane.Cluster) (*harness, error) {
 	if h.upstream, err = controlplane.BuildUpstream(ctx, c.RepoRoot); err != nil {
 		return nil, err
 	}
+	if err := c.InstallReferenceGrantCRD(ctx); err != nil {
+		return nil, err
+	}
 	if err := h.rbac(ctx); err != nil {
 		return nil, err
 	}
@@ -158,24 +146,46 @@ func setup(ctx context.Context, c *controlplane.Cluster) (*harness, error) {
 	if err := h.nodes(ctx, drivers); err != nil {
 		return nil, err
 	}
-	for p, flags := range profiles {
+	return h, h.startAll(ctx)
+}
+
+// startAll starts every profile's instances of both sides at once (each
+// waits for its own mock driver and provisioner) and returns the first
+// error.
+func (h *harness) startAll(ctx context.Context) error {
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		first error
+	)
+	for p := range profiles {
 		h.instances[p] = map[side]*instance{}
+	}
+	for p, spec := range profiles {
 		for _, s := range sides {
-			in, err := h.start(ctx, p, s, flags)
-			if err != nil {
-				return nil, err
-			}
-			h.instances[p][s] = in
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in, err := h.start(ctx, p, s, spec)
+				mu.Lock()
+				defer mu.Unlock()
+				h.instances[p][s] = in
+				if err != nil && first == nil {
+					first = err
+				}
+			}()
 		}
 	}
-	return h, nil
+	wg.Wait()
+	return first
 }
 
 // rbac applies upstream's unmodified rbac.yaml (ServiceAccount
 // default/csi-provisioner) plus what a vendor of upstream adds for the
-// features the corpus uses: get and list on secrets (the rule upstream's
-// file carries commented out) and get on VolumeAttributesClasses (upstream
-// reads a claim's class with a GET; its file grants nothing on them). Both
+// features the corpus uses: get and list on secrets and get, list and
+// watch on ReferenceGrants (rules upstream's file carries commented out)
+// and get on VolumeAttributesClasses (upstream reads a claim's class with
+// a GET; its file grants nothing on them). Both
 // sides run under this ServiceAccount, as a vendor swapping the image
 // would; with -conformance.deploy-rbac ours runs under deploy/'s
 // (csi-topology/csi-provisioner, with the same additions) instead.
@@ -199,6 +209,9 @@ rules:
 - apiGroups: ["storage.k8s.io"]
   resources: ["volumeattributesclasses"]
   verbs: ["get"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["referencegrants"]
+  verbs: ["get", "list", "watch"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -256,8 +269,9 @@ func (h *harness) nodes(ctx context.Context, drivers []string) error {
 }
 
 // start runs the mock controller of driverName(p, s) and its provisioner,
-// ours or upstream's, with the same flags.
-func (h *harness) start(ctx context.Context, p profile, s side, flags []string) (*instance, error) {
+// ours or upstream's, with the same flags (and upstream's own of the
+// profile).
+func (h *harness) start(ctx context.Context, p profile, s side, spec profileSpec) (*instance, error) {
 	in := &instance{driver: driverName(p, s), socket: filepath.Join(h.cluster.Dir, fmt.Sprintf("%s-%s.sock", p, s.name))}
 	segs := make([]string, 0, len(zones))
 	for _, z := range zones {
@@ -279,13 +293,13 @@ func (h *harness) start(ctx context.Context, p profile, s side, flags []string) 
 	// Regional snapshots, as the zonal disks of the clouds (EBS, PD, Azure
 	// Disk) have: a restore may be made in any zone (source/snapshot-wffc-
 	// other-zone); clones stay in their source's zone.
-	if in.mock, err = h.cluster.StartProcess(fmt.Sprintf("mock-%s-%s", p, s.name), filepath.Join(h.binDir, "mock-driver"), []string{
+	if in.mock, err = h.cluster.StartProcess(fmt.Sprintf("mock-%s-%s", p, s.name), filepath.Join(h.binDir, "mock-driver"), append([]string{
 		"--mode=controller", "--name=" + in.driver, "--endpoint=unix://" + in.socket, "--segments-file=" + segFile,
 		"--admin-address=" + admin, "--regional-snapshots", "-v=2",
-	}, nil); err != nil {
+	}, spec.mockArgs...), nil); err != nil {
 		return nil, err
 	}
-	if err := h.cluster.WaitFor(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+	if err := h.cluster.WaitFor(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
 		return lab.AdminCall(ctx, in.adminURL, "GET", "/healthz", nil, nil) == nil, nil
 	}); err != nil {
 		return nil, fmt.Errorf("mock controller %s: %w", in.driver, err)
@@ -303,8 +317,11 @@ func (h *harness) start(ctx context.Context, p profile, s side, flags []string) 
 		"--csi-address=unix://" + in.socket, "--kubeconfig=" + kubeconf, "--leader-election=false",
 		"--feature-gates=Topology=true", "--extra-create-metadata", "--http-endpoint=" + metrics,
 		"--retry-interval-start=500ms", "--retry-interval-max=4s", "--timeout=10s", "-v=4",
-	}, flags...)
-	if in.prov, err = h.cluster.StartProcess(fmt.Sprintf("provisioner-%s-%s", p, s.name), binary, args, nil); err != nil {
+	}, spec.flags...)
+	if s == upstream {
+		args = append(args, spec.upstreamFlags...)
+	}
+	if in.prov, err = h.cluster.StartProcess(fmt.Sprintf("provisioner-%s-%s", p, s.name), binary, args, spec.env); err != nil {
 		return nil, err
 	}
 	return in, h.cluster.WaitFor(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {

@@ -84,7 +84,7 @@ func runMigration(t *testing.T, cases []tcase) []difference {
 // profileMigration, runs every case on it, removes their claims and PVs
 // and stops them.
 func runMigrationSide(t *testing.T, ctx context.Context, cases []tcase, s side) []map[string]string {
-	in, err := env.start(ctx, profileMigration, s, nil)
+	in, err := env.start(ctx, profileMigration, s, profileSpec{})
 	defer in.stop()
 	if err != nil {
 		t.Fatalf("starting %s's migration driver: %v", s.name, err)

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,8 +30,12 @@ var (
 // class and VolumeAttributesClass), the mock driver's volume and snapshot
 // IDs and the csiProvisionerIdentity value.
 func (r *run) norm(s string) string {
+	n, _ := strconv.Atoi(flagValue(profiles[r.profile()].flags, "volume-name-uuid-length"))
 	for claim, uid := range r.uids {
 		s = strings.ReplaceAll(s, uid, "<uid:"+claim+">")
+		if n > 0 {
+			s = strings.ReplaceAll(s, cutUID(uid, n), "<uid:"+claim+">")
+		}
 	}
 	s = strings.ReplaceAll(s, r.driver(), "<driver>")
 	s = strings.ReplaceAll(s, r.ns, "<ns>")
@@ -46,11 +51,11 @@ func (r *run) observe(ctx context.Context, prefix string) (map[string]string, er
 	out := map[string]string{}
 	put := func(path string, v any) { flatten(prefix+path, toJSON(v), out) }
 	c := env.client
-	pvName := "pvc-" + r.uids["data"]
-	if r.tc.static {
-		pvName = r.ns + "-static"
-	}
 	pvc, err := c.CoreV1().PersistentVolumeClaims(r.ns).Get(ctx, "data", metav1.GetOptions{})
+	if err == nil && pvc.Spec.VolumeName != "" {
+		r.pv = pvc.Spec.VolumeName
+	}
+	pvName := r.pvName()
 	switch {
 	case isGone(err):
 		put("claim", "<gone>")
@@ -88,6 +93,11 @@ func (r *run) observe(ctx context.Context, prefix string) (map[string]string, er
 	if err := r.observeDriver(ctx, prefix, out); err != nil {
 		return nil, err
 	}
+	if profiles[r.profile()].capacity && prefix == "" {
+		if err := r.observeCapacity(ctx, out); err != nil {
+			return nil, err
+		}
+	}
 	if len(r.waits) > 0 {
 		put("waits", r.waits)
 	}
@@ -98,19 +108,40 @@ func (r *run) observe(ctx context.Context, prefix string) (map[string]string, er
 	return normalised, nil
 }
 
-// observeEvents records the sorted, distinct reasons of the provisioner's
-// Events on an object.
+// observeEvents records the provisioner's Events on an object: per type
+// and reason ("Warning ProvisioningFailed"), the distinct shapes of their
+// messages (messageShape), sorted and joined with " | ".
 func (r *run) observeEvents(ctx context.Context, kind, name, path string, out map[string]string) error {
 	evs, err := r.events(ctx, kind, name)
 	if err != nil {
 		return err
 	}
-	var reasons []string
+	shapes := map[string][]string{}
 	for _, e := range evs {
-		reasons = append(reasons, e.Type+" "+e.Reason)
+		key, shape := e.Type+" "+e.Reason, messageShape(r.norm(e.Message))
+		if !slices.Contains(shapes[key], shape) {
+			shapes[key] = append(shapes[key], shape)
+		}
 	}
-	flatten(path, toJSON(set(reasons)), out)
+	joined := make(map[string]string, len(shapes))
+	for k, v := range shapes {
+		sort.Strings(v)
+		joined[k] = strings.Join(v, " | ")
+	}
+	flatten(path, toJSON(joined), out)
 	return nil
+}
+
+// numbers are the runs of digits a message shape hides.
+var numbers = regexp.MustCompile(`[0-9]+`)
+
+// messageShape is an Event message with what varies from run to run
+// hidden: after norm (claim UIDs, namespace, driver, volume and snapshot
+// IDs), every number becomes <n> (sizes, durations, counts, node and
+// zone indices), so that two messages that say the same of different
+// objects have one shape.
+func messageShape(msg string) string {
+	return numbers.ReplaceAllString(msg, "<n>")
 }
 
 // set turns a list whose order carries no meaning (finalizers, Event
@@ -140,7 +171,7 @@ func (r *run) observeDriver(ctx context.Context, prefix string, out map[string]s
 	}
 	mine := map[string]bool{"static-" + r.ns: true, r.ns + "-snap": true}
 	for _, uid := range r.uids {
-		mine["pvc-"+uid] = true
+		mine["pvc-"+uid], mine[volumeName(r.profile(), uid)] = true, true
 	}
 	for _, v := range vols {
 		if mine[v.Name] {

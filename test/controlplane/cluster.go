@@ -53,6 +53,10 @@ type Options struct {
 	// the plane's (e.g. a higher --kube-api-qps, so that the PV controller's
 	// default 20 requests/s do not pace a benchmark).
 	ControllerManagerArgs []string
+	// APIServerArgs are extra kube-apiserver flags, after the plane's (e.g.
+	// --feature-gates=CrossNamespaceVolumeDataSource=true for an alpha API
+	// field the API server drops without it).
+	APIServerArgs []string
 }
 
 // DefaultControllers are the kube-controller-manager controllers (names
@@ -221,7 +225,7 @@ func (c *Cluster) startAPIServer(opts Options, bins Binaries, etcdClient, etcdPe
 	if err := c.startCore("etcd", bins.Etcd, c.etcdArgs(etcdClient, etcdPeer)...); err != nil {
 		return "", err
 	}
-	apiArgs := c.apiserverArgs(etcdClient, apiPort)
+	apiArgs := append(c.apiserverArgs(etcdClient, apiPort), opts.APIServerArgs...)
 	if opts.AuditPolicy != "" {
 		audit, err := c.auditArgs(opts.AuditPolicy)
 		if err != nil {

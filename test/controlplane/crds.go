@@ -78,3 +78,61 @@ func (c *Cluster) InstallSnapshotCRDs(ctx context.Context) error {
 		return true, nil
 	})
 }
+
+// referenceGrantCRD is the ReferenceGrant CRD of gateway.networking.k8s.io,
+// served as v1beta1 (the version external-provisioner's informer lists),
+// with its spec's schema left open: the API server stores what a test
+// writes, and the provisioner reads from and to. A *.k8s.io group needs
+// the approval annotation; this is Gateway API's own.
+const referenceGrantCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: referencegrants.gateway.networking.k8s.io
+  annotations:
+    api-approved.kubernetes.io: https://github.com/kubernetes-sigs/gateway-api/pull/2466
+spec:
+  group: gateway.networking.k8s.io
+  names:
+    kind: ReferenceGrant
+    listKind: ReferenceGrantList
+    plural: referencegrants
+    singular: referencegrant
+    shortNames: [refgrant]
+  scope: Namespaced
+  versions:
+  - name: v1beta1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+`
+
+// InstallReferenceGrantCRD installs the ReferenceGrant CRD (v1beta1), which
+// data sources in another namespace need (CrossNamespaceVolumeDataSource),
+// and waits until the API serves it.
+func (c *Cluster) InstallReferenceGrantCRD(ctx context.Context) error {
+	if err := c.ApplyYAML(ctx, []byte(referenceGrantCRD), false); err != nil {
+		return fmt.Errorf("installing the ReferenceGrant CRD: %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(c.RESTConfig)
+	if err != nil {
+		return err
+	}
+	return c.WaitFor(ctx, time.Minute, func(context.Context) (bool, error) {
+		list, err := dc.ServerResourcesForGroupVersion("gateway.networking.k8s.io/v1beta1")
+		if err != nil {
+			return false, nil
+		}
+		for _, r := range list.APIResources {
+			if r.Name == "referencegrants" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}

@@ -144,7 +144,8 @@ func TestExplainAsNamespaceUser(t *testing.T) {
 	t.Logf("as the namespace user:\n%s", out)
 	for _, want := range []string{
 		`? access      could not list nodes (cluster-wide); allowed by the rule apiGroups: [""], resources: ["nodes"], verbs: ["list"]`,
-		"? provisioner leader Lease " + explain.LeaderLeaseName(lab.DriverName) + " could not be read",
+		"? access      could not list leader lease " + explain.LeaderLeaseName(lab.DriverName),
+		"✓ provisioner provisioner running: Event ProvisioningFailed from " + lab.DriverName,
 		"conclusion (" + string(explain.CauseBadClassParameter) + "): class " + class + " has a bad parameter",
 	} {
 		if !strings.Contains(out, want) {
