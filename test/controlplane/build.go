@@ -252,7 +252,9 @@ func linkBuilt(dir, outDir string, pkgs []string) error {
 // LockFile takes an exclusive lock on path (created if missing), waiting
 // for other processes that hold it (and saying so, as lockFile), and
 // returns the unlock function.
-func LockFile(ctx context.Context, path, what string) (func(), error) { return lockFile(ctx, path, what) }
+func LockFile(ctx context.Context, path, what string) (func(), error) {
+	return lockFile(ctx, path, what)
+}
 
 // lockFile takes the exclusive lock on path. While another process holds
 // it (one that builds what) it says so, and again every progressEvery, so
