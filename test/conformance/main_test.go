@@ -290,13 +290,21 @@ func (h *harness) start(ctx context.Context, p profile, s side, spec profileSpec
 		return nil, err
 	}
 	in.adminURL = "http://" + admin
+	mockArgs := spec.mockArgs
+	if spec.mockFaults != "" {
+		faultsFile := filepath.Join(h.cluster.Dir, fmt.Sprintf("faults-%s-%s.json", p, s.name))
+		if err := os.WriteFile(faultsFile, []byte(spec.mockFaults), 0o644); err != nil {
+			return nil, err
+		}
+		mockArgs = append(append([]string(nil), mockArgs...), "--faults-file="+faultsFile)
+	}
 	// Regional snapshots, as the zonal disks of the clouds (EBS, PD, Azure
 	// Disk) have: a restore may be made in any zone (source/snapshot-wffc-
 	// other-zone); clones stay in their source's zone.
 	if in.mock, err = h.cluster.StartProcess(fmt.Sprintf("mock-%s-%s", p, s.name), filepath.Join(h.binDir, "mock-driver"), append([]string{
 		"--mode=controller", "--name=" + in.driver, "--endpoint=unix://" + in.socket, "--segments-file=" + segFile,
 		"--admin-address=" + admin, "--regional-snapshots", "-v=2",
-	}, spec.mockArgs...), nil); err != nil {
+	}, mockArgs...), nil); err != nil {
 		return nil, err
 	}
 	if err := h.cluster.WaitFor(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {

@@ -22,6 +22,7 @@ const (
 	profileLeader      profile = "leader"
 	profileNode        profile = "node"
 	profileXNS         profile = "xns"
+	profileSlowProbe   profile = "slowprobe"
 )
 
 // profileSpec declares a profile: the flags both sides add to the shared
@@ -36,6 +37,9 @@ type profileSpec struct {
 	env []string
 	// mockArgs are the mock driver's extra flags.
 	mockArgs []string
+	// mockFaults, when set, are the mock driver's fault rules from its
+	// start (its --faults-file, JSON).
+	mockFaults string
 	// cases names the cases of the default profile that also run in this
 	// one, as "<case>@<profile>"; podZone, when set, moves their pods there.
 	cases   []string
@@ -65,6 +69,10 @@ var profiles = map[profile]profileSpec{
 	profileNode: {flags: []string{"--node-deployment", "--node-deployment-immediate-binding=false"}, env: []string{"NODE_NAME=node-z1"},
 		mockArgs: []string{"--mode=both", "--node-id=node-z1", "--node-topology=" + zoneKey + "=z1"},
 		cases:    []string{"topology/default/wffc", "topology/default/wffc-allowed", "source/clone-wffc"}, podZone: "z1"},
+	// A driver whose Probe takes 3 s: upstream bounds its start-up Probe by
+	// --timeout (10 s here), and so does ours.
+	profileSlowProbe: {mockFaults: `[{"method": "Probe", "latency": "3s"}]`,
+		cases: []string{"fstype/none", "topology/default/wffc", "delete/reclaim-delete"}},
 	profileXNS: {upstreamFlags: []string{"--feature-gates=Topology=true,CrossNamespaceVolumeDataSource=true"}},
 }
 
