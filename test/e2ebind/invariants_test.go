@@ -74,7 +74,13 @@ func waitAllBound(t *testing.T, ctx context.Context, c *controlplane.Cluster, ns
 // now on, in its own goroutine, until the returned function is called.
 func watchPVs(t *testing.T, ctx context.Context, c *controlplane.Cluster, ns string, added func(*v1.PersistentVolume)) func() {
 	t.Helper()
-	w, err := c.Client.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{})
+	// From the list's version: a watch without one starts with an ADDED
+	// event for every PV that exists.
+	list, err := c.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Client.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

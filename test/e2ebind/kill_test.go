@@ -59,8 +59,8 @@ func TestBindThroughControllerManagerKilledMidBurst(t *testing.T) {
 // (SIGKILL) the moment the first PVs of a burst of 20 claims appear, with
 // kube-controller-manager stopped so that only csi-provisioner binds and
 // nothing writes while it is down: some bindings are left half done (a PV
-// whose claim is not yet Bound to it; the test tries again, up to 5 kills
-// while claims wait for their PV, until one is). csi-provisioner, started again with
+// whose claim is not yet Bound to it; the test tries again, up to 10
+// kills while claims wait for their PV, until one is). csi-provisioner, started again with
 // kube-controller-manager still stopped, finishes every binding; then the
 // invariants hold, and deleting the claims honours the reclaim policy.
 func TestBindThroughProvisionerKilledBetweenPVAndClaim(t *testing.T) {
@@ -84,7 +84,7 @@ func TestBindThroughProvisionerKilledBetweenPVAndClaim(t *testing.T) {
 	}
 	var half []string
 	noPV := names
-	for kill := 1; kill <= 5 && len(half) == 0 && len(noPV) > 0; kill++ {
+	for kill := 1; kill <= 10 && len(half) == 0 && len(noPV) > 0; kill++ {
 		killOnNextPV(t, ctx, ns)
 		half, noPV = halfBound(t, ctx, c, ns)
 		t.Logf("kill %d: %d bindings half done %v, %d claims without a PV", kill, len(half), half, len(noPV))
