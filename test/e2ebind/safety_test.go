@@ -36,37 +36,8 @@ func TestBindThroughClaimDeletedInFlight(t *testing.T) {
 	retain := lab.NewClass(t, ctx, c, ns+"-retain", lab.ClassOptions{Immediate: true, Reclaim: v1.PersistentVolumeReclaimRetain})
 	setFaults(t, ctx, faults.Rule{Method: "CreateVolume", Latency: faults.Duration(2 * time.Second)})
 	const n = 16
-	deleteOnPV := func(i int) bool { return i%4 == 1 || i%4 == 2 }
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var deletedOnPV, recreated []string
-	stop := watchPVs(t, ctx, c, ns, func(pv *v1.PersistentVolume) {
-		name := pv.Spec.ClaimRef.Name
-		i, err := strconv.Atoi(strings.TrimPrefix(name, "c-"))
-		mu.Lock()
-		again := slices.Contains(deletedOnPV, name)
-		mu.Unlock()
-		if err != nil || !deleteOnPV(i) || again {
-			return
-		}
-		uid := pv.Spec.ClaimRef.UID
-		if err := c.Client.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name,
-			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil {
-			t.Errorf("deleting claim %s as its PV %s appeared: %v", name, pv.Name, err)
-		}
-		mu.Lock()
-		deletedOnPV = append(deletedOnPV, name)
-		mu.Unlock()
-		if i%4 == 1 {
-			wg.Go(func() {
-				if recreate(t, ctx, c, ns, name, del) {
-					mu.Lock()
-					recreated = append(recreated, name)
-					mu.Unlock()
-				}
-			})
-		}
-	})
+	d := &deleter{t: t, ctx: ctx, c: c, ns: ns, class: del}
+	stop := watchPVs(t, ctx, c, ns, d.onPV)
 	var kept, inFlight []string
 	doomed := map[string]bool{} // volumes of claims of the Delete class
 	for i := range n {
@@ -95,14 +66,13 @@ func TestBindThroughClaimDeletedInFlight(t *testing.T) {
 	}
 	waitAllBound(t, ctx, c, ns, kept)
 	if err := c.WaitFor(ctx, lab.WorkloadTimeout, func(ctx context.Context) (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(deletedOnPV) == n/2, nil
+		return len(d.deleted()) == n/2, nil
 	}); err != nil {
-		t.Fatalf("deleted %d claims as their PVs appeared, want %d: %v", len(deletedOnPV), n/2, deletedOnPV)
+		t.Fatalf("deleted claims %v as their PVs appeared, want %d: %v", d.deleted(), n/2, err)
 	}
 	stop()
-	wg.Wait()
+	d.wg.Wait()
+	recreated := d.recreated
 	waitAllBound(t, ctx, c, ns, recreated)
 	if err := c.WaitFor(ctx, lab.WorkloadTimeout, func(ctx context.Context) (bool, error) {
 		claims, err := c.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
@@ -113,6 +83,53 @@ func TestBindThroughClaimDeletedInFlight(t *testing.T) {
 	checkSettled(t, ctx, c, ns)
 	deleteAndCheckReclaim(t, ctx, c, ns)
 	waitNoVolume(t, ctx, doomed)
+}
+
+// deleter deletes claims c-<i> with i%4 == 1 or 2 of ns the moment their
+// first PV appears, and creates those with i%4 == 1 again (of class) once
+// they are gone.
+type deleter struct {
+	t     *testing.T
+	ctx   context.Context
+	c     *controlplane.Cluster
+	ns    string
+	class string
+	wg    sync.WaitGroup
+
+	mu        sync.Mutex
+	gone      []string
+	recreated []string
+}
+
+func (d *deleter) deleted() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.gone)
+}
+
+func (d *deleter) onPV(pv *v1.PersistentVolume) {
+	name := pv.Spec.ClaimRef.Name
+	i, err := strconv.Atoi(strings.TrimPrefix(name, "c-"))
+	if err != nil || (i%4 != 1 && i%4 != 2) || slices.Contains(d.deleted(), name) {
+		return
+	}
+	uid := pv.Spec.ClaimRef.UID
+	if err := d.c.Client.CoreV1().PersistentVolumeClaims(d.ns).Delete(d.ctx, name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil {
+		d.t.Errorf("deleting claim %s as its PV %s appeared: %v", name, pv.Name, err)
+	}
+	d.mu.Lock()
+	d.gone = append(d.gone, name)
+	d.mu.Unlock()
+	if i%4 == 1 {
+		d.wg.Go(func() {
+			if recreate(d.t, d.ctx, d.c, d.ns, name, d.class) {
+				d.mu.Lock()
+				d.recreated = append(d.recreated, name)
+				d.mu.Unlock()
+			}
+		})
+	}
 }
 
 // recreate creates claim name of class again once the deleted one is gone,
