@@ -15,8 +15,9 @@ import (
 // and the driver's PVs: no claim Lost; a Bound claim's PV exists, names it
 // (UID included) and is Bound; no PV bound to two claims (two claims with
 // the same spec.volumeName); no Bound PV whose claim is bound to another PV;
-// no PV with reclaim policy Delete left Released (check) or of a deleted
-// claim (check). It also counts the Bound claims by the manager of their
+// no live claim that a PV names without being Bound to it (a binding left
+// undone); no PV with reclaim policy Delete left Released (check) or of a
+// deleted claim (check). It also counts the Bound claims by the manager of their
 // spec.volumeName (csi-provisioner with --bind-through, or
 // kube-controller-manager's PV controller).
 func checkBindings(pvcs []v1.PersistentVolumeClaim, pvs []v1.PersistentVolume) (problems []string, boundBy map[string]int) {
@@ -63,6 +64,15 @@ func checkBindings(pvcs []v1.PersistentVolumeClaim, pvs []v1.PersistentVolume) (
 		}
 		if pvc := byUID[pv.Spec.ClaimRef.UID]; pvc != nil && pvc.Spec.VolumeName != "" && pvc.Spec.VolumeName != pv.Name {
 			bad("PV %s Bound to claim %s, which is bound to PV %s", pv.Name, pvc.Name, pvc.Spec.VolumeName)
+		}
+	}
+	for _, pv := range pvByName {
+		if pv.Spec.ClaimRef == nil || pv.DeletionTimestamp != nil {
+			continue
+		}
+		pvc := byUID[pv.Spec.ClaimRef.UID]
+		if pvc != nil && pvc.DeletionTimestamp == nil && (pvc.Spec.VolumeName != pv.Name || pvc.Status.Phase != v1.ClaimBound) {
+			bad("binding left undone: PV %s (%s) names claim %s, which is %s with volumeName %q", pv.Name, pv.Status.Phase, pvc.Name, pvc.Status.Phase, pvc.Spec.VolumeName)
 		}
 	}
 	return problems, boundBy
