@@ -109,12 +109,13 @@ bench: build
 
 ## chaos: the chaos suite at full size (test/chaos, docs/operations.md "make chaos"): CLAIMS claims over
 ## DURATION under every fault, then the leak and stuck-claim invariants; SEED=0 takes one from the clock, the
-## run prints it (make chaos SEED=42 CLAIMS=500)
+## run prints it (make chaos SEED=42 CLAIMS=500); BIND_THROUGH=1 runs csi-provisioner with --bind-through
 SEED     ?= 0
 DURATION ?= 7m
+BIND_THROUGH ?=
 chaos: build
 	CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test ./test/chaos/ -run '^TestChaos$$' -count=1 -v -timeout 30m -ldflags='-s -w' \
-		-args -chaos.full -chaos.seed=$(SEED) -chaos.claims=$(CLAIMS) -chaos.duration=$(DURATION)
+		-args -chaos.full -chaos.seed=$(SEED) -chaos.claims=$(CLAIMS) -chaos.duration=$(DURATION) $(if $(BIND_THROUGH),-chaos.bind-through)
 
 ## conformance: the drop-in promise at full size: the differential harness (test/conformance) verbosely, the
 ## corpus through ours and upstream external-provisioner v6.3.0 with every case's observation printed (REPEAT=n

@@ -38,6 +38,7 @@ var (
 	settleFlag   = flag.Duration("chaos.settle", 4*time.Minute, "how long the invariants may take to hold once the faults stop")
 	lateFlag     = flag.Bool("chaos.late-success", true, "also let slow CreateVolume calls be carried out after the provisioner gave up (the mock's lateSuccess; the mock answers ABORTED to another CreateVolume of the name meanwhile, as the CSI spec recommends)")
 	fullFlag     = flag.Bool("chaos.full", false, "inject every fault: adds a kube-apiserver restart, a selected node deleted and a CSINode entry deleted during provisioning")
+	bindFlag     = flag.Bool("chaos.bind-through", false, "run csi-provisioner with --bind-through: it binds each claim to its new PV itself, racing kube-controller-manager's PV controller")
 )
 
 const (
@@ -149,7 +150,8 @@ func TestChaos(t *testing.T) {
 	if seed == 0 {
 		seed = time.Now().UnixNano() % 1_000_000
 	}
-	t.Logf("chaos seed %d (rerun: -chaos.seed=%d), %d claims over %s, full %t, late success %t", seed, seed, *claimsFlag, *durationFlag, *fullFlag, *lateFlag)
+	t.Logf("chaos seed %d (rerun: -chaos.seed=%d), %d claims over %s, full %t, late success %t, bind-through %t",
+		seed, seed, *claimsFlag, *durationFlag, *fullFlag, *lateFlag, *bindFlag)
 	fmt.Fprintf(os.Stderr, "chaos seed %d\n", seed)
 	r := &chaosRun{t: t, ctx: ctx, ns: "chaos", seed: seed, rng: rand.New(rand.NewSource(seed)), //nolint:gosec // reproducible choices
 		claims: map[string]*claim{}, counts: map[string]int{}}
@@ -258,9 +260,13 @@ func (r *chaosRun) startReplica(i int) error {
 		return nil
 	}
 	rep.n++
-	p, err := env.StartProvisionerReplica(fmt.Sprintf("csi-provisioner-%d-%d", i, rep.n), "--http-endpoint="+rep.addr, "--enable-pprof",
-		"--leader-election", "--leader-election-namespace="+lab.PublisherNamespace,
-		"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=500ms")
+	args := []string{"--http-endpoint=" + rep.addr, "--enable-pprof",
+		"--leader-election", "--leader-election-namespace=" + lab.PublisherNamespace,
+		"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=500ms"}
+	if *bindFlag {
+		args = append(args, "--bind-through")
+	}
+	p, err := env.StartProvisionerReplica(fmt.Sprintf("csi-provisioner-%d-%d", i, rep.n), args...)
 	if err != nil {
 		return err
 	}

@@ -19,15 +19,19 @@ import (
 type figures struct {
 	claims, bound, deleted, pending int
 	volumes, pvs                    int
-	goroutines, baseline            int
-	problems                        []string
+	// boundBy counts the Bound claims by the manager of their
+	// spec.volumeName: who bound them.
+	boundBy              map[string]int
+	goroutines, baseline int
+	problems             []string
 }
 
 // check evaluates the invariants from fresh lists of the API and the
 // driver: volumes in the driver == PVs of the driver; every claim Bound, or
 // deleted with its volume gone, or Pending with an Event; no claim with two
 // volumes or two PVs; no claim Terminating; no PV Released with reclaim
-// Delete; the leader's goroutines back to baseline.
+// Delete; the binding invariants (checkBindings); the leader's goroutines
+// back to baseline.
 func (r *chaosRun) check(ctx context.Context, baseline int) figures {
 	f := figures{baseline: baseline}
 	bad := func(format string, args ...any) { f.problems = append(f.problems, fmt.Sprintf(format, args...)) }
@@ -142,6 +146,9 @@ func (r *chaosRun) check(ctx context.Context, baseline int) figures {
 			}
 		}
 	}
+	bindProblems, boundBy := checkBindings(pvcs.Items, pvs.Items)
+	f.problems = append(f.problems, bindProblems...)
+	f.boundBy = boundBy
 	f.goroutines = r.goroutines()
 	if f.goroutines < 0 {
 		bad("no replica leads: goroutines unknown")
@@ -167,7 +174,7 @@ func (r *chaosRun) summary(f figures, total, settled time.Duration) {
 	}
 	sort.Strings(keys)
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos summary: seed %d, %d claims over %s, full %t\n", r.seed, *claimsFlag, *durationFlag, *fullFlag)
+	fmt.Fprintf(&b, "chaos summary: seed %d, %d claims over %s, full %t, bind-through %t\n", r.seed, *claimsFlag, *durationFlag, *fullFlag, *bindFlag)
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  fault/action %-62s %d\n", k, r.counts[k])
 	}
@@ -177,6 +184,7 @@ func (r *chaosRun) summary(f figures, total, settled time.Duration) {
 	fmt.Fprintf(&b, "  fault/action %-62s %d\n", "CreateVolume outlasting --timeout, cancelled", cut)
 	fmt.Fprintf(&b, "  claims %d: bound %d, deleted (volume gone) %d, pending with an Event %d\n", f.claims, f.bound, f.deleted, f.pending)
 	fmt.Fprintf(&b, "  driver volumes %d, PVs of the driver %d\n", f.volumes, f.pvs)
+	fmt.Fprintf(&b, "  bound claims by who bound them (bind-through %t): %s\n", *bindFlag, countsOf(f.boundBy))
 	fmt.Fprintf(&b, "  leader goroutines %d (baseline %d)\n", f.goroutines, f.baseline)
 	fmt.Fprintf(&b, "  duration %s (settled %s after the faults stopped), broken invariants %d\n", total.Round(time.Second), settled.Round(time.Second), len(f.problems))
 	r.t.Log(b.String())

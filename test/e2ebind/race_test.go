@@ -63,12 +63,27 @@ func TestBindThroughRacesThePVController(t *testing.T) {
 
 // checkBindings checks the binding invariants of the claims of ns: each
 // Bound claim's PV exists, names it (UID included) and is Bound; no two
-// claims share a PV; no claim is Lost.
+// claims share a PV; no claim is named by two PVs; no claim is Lost.
 func checkBindings(t *testing.T, ctx context.Context, c *controlplane.Cluster, ns string) {
 	t.Helper()
 	claims, err := c.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	pvs, err := c.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	naming := map[string][]string{}
+	for _, pv := range pvs.Items {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == ns {
+			naming[string(ref.UID)] = append(naming[string(ref.UID)], pv.Name)
+		}
+	}
+	for uid, names := range naming {
+		if len(names) > 1 {
+			t.Errorf("claim UID %s is named by %d PVs: %v", uid, len(names), names)
+		}
 	}
 	seen := map[string]string{}
 	for _, pvc := range claims.Items {
