@@ -93,7 +93,8 @@ fuzz:
 ## bench: csi-provisioner measured as a whole process on the local control plane (test/bench, docs/performance.md):
 ## SIZES (fake nodes, comma-separated), SCENARIOS (backlog,delete,burst,wffc,nodes,node), REPS, CLAIMS, COMPARE=/path/to/other/csi-provisioner
 ## (run alternately with ours, ratios printed), INSTANCES (nodes: csi-provisioner --node-deployment processes, at most one per node;
-## default 100), NODE_ARGS (nodes: extra flags of our instances), BENCH_ARGS (more flags of test/bench); JSON and table in .cache/bench/
+## default 100), NODE_ARGS (nodes: extra flags of our instances), BENCH_ARGS (more flags of test/bench, e.g.
+## --bind-through-contender: ours with --bind-through as a third contender); JSON and table in .cache/bench/
 SIZES     ?= 3
 SCENARIOS ?= backlog,delete,burst
 REPS      ?= 2

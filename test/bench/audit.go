@@ -18,15 +18,21 @@ const (
 	nodeProvisionerUser = "system:serviceaccount:csi-topology:csi-node-provisioner"
 )
 
-// auditPolicy records the provisioner's requests only, without bodies. A
-// watch appears at ResponseStarted and again at ResponseComplete; requests
-// are counted once by audit ID.
+// auditPolicy records the provisioner's requests, and every user's updates
+// and patches of PVs and claims (the PV controller's among them,
+// pvbinder.go), without bodies. A watch appears at ResponseStarted and
+// again at ResponseComplete; requests are counted once by audit ID.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
   users: ["` + provisionerUser + `", "` + nodeProvisionerUser + `"]
+- level: Metadata
+  verbs: ["update", "patch"]
+  resources:
+  - group: ""
+    resources: ["persistentvolumes", "persistentvolumes/status", "persistentvolumeclaims", "persistentvolumeclaims/status"]
 - level: None
 `
 

@@ -151,3 +151,52 @@ func TestBenchNodesSmoke(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBindThroughSmoke runs the burst scenario at a smoke size with
+// the ours+bind contender (--bind-through-contender) so that its figures
+// cannot rot: start -> all PVs, the PV controller's mark of each claim, and
+// each claim's status written once, by the PV controller for ours and by
+// one of the two for ours+bind. It asserts no timing.
+func TestBenchBindThroughSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	const n = 5
+	opts := Options{Sizes: []int{3}, Scenarios: []string{"burst"}, Claims: n, Reps: 1, BindThroughContender: true,
+		BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
+	report, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Runs) != 2 || report.Runs[0].Contender != ours || report.Runs[1].Contender != oursBind {
+		t.Fatalf("runs %+v, want burst of ours, then of ours+bind", report.Runs)
+	}
+	for _, r := range report.Runs {
+		if len(r.Failures) > 0 {
+			t.Errorf("%s: checks failed: %v", r.Contender, r.Failures)
+		}
+		if r.ToAllPVs <= 0 || r.ToAllPVs > r.ToAll {
+			t.Errorf("%s: start → all PVs %v s, start → all Bound %v s", r.Contender, r.ToAllPVs, r.ToAll)
+		}
+		if r.PVControllerMarkPerVolume != 1 {
+			t.Errorf("%s: %v marks per volume by the PV controller, want 1 (its writes: %v)", r.Contender, r.PVControllerMarkPerVolume,
+				r.PVControllerWrites)
+		}
+		statuses := r.Requests["update persistentvolumeclaims/status"] + r.PVControllerWrites["update persistentvolumeclaims/status"]
+		if statuses != n {
+			t.Errorf("%s: %d claim status writes by the provisioner and the PV controller, want %d (provisioner: %v; PV controller: %v)",
+				r.Contender, statuses, n, r.Requests, r.PVControllerWrites)
+		}
+	}
+	if ours := report.Runs[0]; ours.PVControllerBindPerVolume < 3 || ours.Requests["update persistentvolumeclaims/status"] != 0 {
+		t.Errorf("ours: the PV controller made %v binding writes per volume (want at least 3), the provisioner %d claim status writes (want 0)",
+			ours.PVControllerBindPerVolume, ours.Requests["update persistentvolumeclaims/status"])
+	}
+	table := report.Markdown()
+	for _, want := range []string{"| 3 | ours+bind |", "| 3 | ours / ours+bind |", "### Who binds the claims"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}

@@ -59,6 +59,12 @@ type Options struct {
 	// Compare is another csi-provisioner binary run through the same
 	// scenarios, alternating with ours.
 	Compare string
+	// BindThroughContender adds the contender ours+bind: our
+	// csi-provisioner with --bind-through, run alternately with the others
+	// in the backlog, burst and wffc scenarios, with a table of who binds
+	// the claims (start -> all PVs, all Bound, all scheduled; the PV
+	// controller's writes).
+	BindThroughContender bool
 	// ProvisionerArgs are extra flags for every provisioner run.
 	ProvisionerArgs []string
 	// Out is the directory of the JSON files and the table.
@@ -96,6 +102,8 @@ func parseFlags(args []string) (Options, error) {
 	fs.IntVar(&o.Reps, "reps", 2, "Runs of each scenario per provisioner.")
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "Directory of the project's binaries (make build); empty: build them.")
 	fs.StringVar(&o.Compare, "compare", "", "Another csi-provisioner binary to run through the same scenarios, alternating with ours.")
+	fs.BoolVar(&o.BindThroughContender, "bind-through-contender", false, "Also run our csi-provisioner with --bind-through (\""+oursBind+"\") in the backlog, burst and wffc scenarios, "+
+		"alternately with the others, and report who binds the claims: start → all PVs created, all Bound, all pods scheduled, the PV controller's writes per volume.")
 	fs.StringVar(&extra, "provisioner-args", "", "Extra flags for every provisioner run, space-separated.")
 	fs.StringVar(&o.ProfileDir, "profile-dir", "", "Save Go profiles of our provisioner's backlog and node runs here (CPU for 20 s from launch, heap once all claims are Bound; --enable-pprof).")
 	fs.StringVar(&o.Out, "out", "", "Directory for the JSON of each run and table.md (default .cache/bench/<time>).")
@@ -153,6 +161,17 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// without returns list without s.
+func without(list []string, s string) []string {
+	var out []string
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 func main() {
 	opts, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -194,11 +213,14 @@ func main() {
 }
 
 // Run runs the benchmark: for each size a control plane, then Reps rounds
-// of the scenarios, alternating ours and the --compare binary within each
-// round. It returns the results so far also on error.
+// of the scenarios, alternating ours, ours with --bind-through
+// (--bind-through-contender) and the --compare binary within each round. It returns the results so far also on error.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	report := &Report{Machine: thisMachine(), Command: strings.Join(os.Args, " "), Options: opts, Started: time.Now()}
 	contenders := []string{ours}
+	if opts.BindThroughContender {
+		contenders = append(contenders, oursBind)
+	}
 	if opts.Compare != "" {
 		contenders = append(contenders, theirs)
 	}
@@ -258,16 +280,18 @@ func (e *env) runRounds(ctx context.Context, contenders []string, report *Report
 				}
 				results = append(results, r)
 			}
-			if e.opts.has("wffc") && c == ours {
-				rs, err := e.runWFFC(ctx, rep)
+			if e.opts.has("wffc") && (c == ours || c == oursBind) {
+				rs, err := e.runWFFC(ctx, c, rep)
 				if err != nil {
-					return fmt.Errorf("wffc, rep %d: %w", rep, err)
+					return fmt.Errorf("wffc, %s, rep %d: %w", c, rep, err)
 				}
 				results = append(results, rs...)
 			}
 			record(results...)
 		}
 	}
+	// The node deployments run without bind-through.
+	contenders = without(contenders, oursBind)
 	if e.opts.has("nodes") {
 		if err := e.runNodesRounds(ctx, contenders, record); err != nil {
 			return err

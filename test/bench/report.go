@@ -113,6 +113,9 @@ func (r *Report) Markdown() string {
 	if r.Options.Compare != "" {
 		fmt.Fprintf(&b, "theirs: `%s`, run alternately with ours.\n", r.Options.Compare)
 	}
+	if r.Options.BindThroughContender {
+		b.WriteString(oursBind + ": ours with --bind-through, run alternately with the others (backlog, burst, wffc).\n")
+	}
 	groups := r.groups()
 	for _, scenario := range allScenarios {
 		if scenario == "nodes" {
@@ -123,11 +126,7 @@ func (r *Report) Markdown() string {
 		for _, g := range groups {
 			if g.scenario == scenario {
 				rows = append(rows, g.row())
-				if g.contender == theirs {
-					if o := findGroup(groups, g.scenario, g.scheduler, ours, g.nodes); o != nil {
-						rows = append(rows, ratioRow(o, g))
-					}
-				}
+				rows = append(rows, ratioRows(groups, g)...)
 			}
 		}
 		if len(rows) == 0 {
@@ -139,6 +138,9 @@ func (r *Report) Markdown() string {
 		for _, row := range rows {
 			b.WriteString(row)
 		}
+	}
+	if r.Options.BindThroughContender {
+		b.WriteString(bindingTable(groups))
 	}
 	b.WriteString(schedulerTable(groups))
 	b.WriteString(nodeMemoryTable(groups))
@@ -239,11 +241,33 @@ func (g *group) row() string {
 	return "| " + strings.Join(cells, " | ") + " |\n"
 }
 
-// ratioRow is theirs / ours for each figure.
-func ratioRow(o, t *group) string {
-	cells := []string{fmt.Sprint(o.nodes), "theirs / ours"}
+// ratioRows are the ratios that follow g's row: after theirs, theirs /
+// ours and theirs / ours+bind; after ours+bind, ours / ours+bind (each
+// when both ran).
+func ratioRows(groups []*group, g *group) []string {
+	var rows []string
+	var pairs [][2]string
+	switch g.contender {
+	case theirs:
+		pairs = [][2]string{{theirs, ours}, {theirs, oursBind}}
+	case oursBind:
+		pairs = [][2]string{{ours, oursBind}}
+	}
+	for _, p := range pairs {
+		a := findGroup(groups, g.scenario, g.scheduler, p[0], g.nodes)
+		b := findGroup(groups, g.scenario, g.scheduler, p[1], g.nodes)
+		if a != nil && b != nil {
+			rows = append(rows, ratioRow(p[0]+" / "+p[1], a, b))
+		}
+	}
+	return rows
+}
+
+// ratioRow is a / b for each figure.
+func ratioRow(label string, a, b *group) string {
+	cells := []string{fmt.Sprint(b.nodes), label}
 	for _, f := range figures {
-		cells = append(cells, ratio(t.median(f), o.median(f)))
+		cells = append(cells, ratio(a.median(f), b.median(f)))
 	}
 	cells = append(cells, "", "", "", "")
 	return "| " + strings.Join(cells, " | ") + " |\n"

@@ -5,10 +5,12 @@ import (
 	"time"
 )
 
-// Contenders: our csi-provisioner, and the binary of --compare.
+// Contenders: our csi-provisioner, ours with --bind-through
+// (--bind-through-contender), and the binary of --compare.
 const (
-	ours   = "ours"
-	theirs = "theirs"
+	ours     = "ours"
+	oursBind = "ours+bind"
+	theirs   = "theirs"
 )
 
 // Result is the outcome of one run: one scenario, one contender, one rep.
@@ -32,6 +34,11 @@ type Result struct {
 	ToFirst float64 `json:"startToFirst"`
 	// ToAll is start -> all claims Bound (delete: all PVs gone).
 	ToAll float64 `json:"startToAll"`
+	// ToAllPVs is start -> all PVs created, as the benchmark's watch saw
+	// the last: what the provisioner alone needs, before any binding.
+	ToAllPVs float64 `json:"startToAllPVs,omitempty"`
+	// ToAllScheduled is start -> all pods scheduled (wffc).
+	ToAllScheduled float64 `json:"startToAllScheduled,omitempty"`
 	// P50 and P99 are per claim, create -> Bound (backlog: from the later of
 	// its creation and the launch; delete: delete -> PV gone; wffc: pod
 	// create -> scheduled).
@@ -62,6 +69,17 @@ type Result struct {
 	// resource" (audit log); RequestsPerVolume is their sum per volume.
 	Requests          map[string]int `json:"requests"`
 	RequestsPerVolume float64        `json:"requestsPerVolume"`
+	// PVControllerBindPerVolume are kube-controller-manager's PV
+	// controller's successful writes per volume that bind (binder.go): PV
+	// and claim status writes, and claim and PV writes once the claim's PV
+	// was created. PVControllerMarkPerVolume are its claim writes before
+	// that: the volume.kubernetes.io/storage-provisioner mark for the
+	// provisioner. PVControllerWrites counts them by "verb
+	// resource[/subresource]", marks with " (mark)", refused writes with
+	// " (<code>)". Until the run settled; not for the nodes scenario.
+	PVControllerBindPerVolume float64        `json:"pvControllerBindWritesPerVolume"`
+	PVControllerMarkPerVolume float64        `json:"pvControllerMarkWritesPerVolume"`
+	PVControllerWrites        map[string]int `json:"pvControllerWrites,omitempty"`
 	// EventsDuring are Event writes until all claims were Bound (delete: all
 	// PVs gone), EventsAfter those after, until they stopped.
 	EventsDuring int `json:"eventsDuring"`

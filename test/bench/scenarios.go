@@ -44,6 +44,9 @@ type launched struct {
 func (e *env) launch(ctx context.Context, contender string, o *observer, extra ...string) (*launched, error) {
 	binary := e.provisionerBinary(contender)
 	args := append(append(append([]string(nil), commonArgs...), extra...), e.opts.ProvisionerArgs...)
+	if contender == oursBind {
+		args = append(args, "--bind-through")
+	}
 	return e.launchWith(ctx, contender, binary, o, func() (*controlplane.Process, error) {
 		if err := e.lab.StartProvisionerBinary(binary, args...); err != nil {
 			return nil, err
@@ -216,6 +219,7 @@ func (e *env) finishCreate(ctx context.Context, r *Result, o *observer, l *launc
 	_, allBound := span(o.bound)
 	r.PerSecond = rate(len(o.pvAdded), first, last)
 	r.ToFirst, r.ToAll = first.Sub(start).Seconds(), allBound.Sub(start).Seconds()
+	r.ToAllPVs = last.Sub(start).Seconds()
 	r.P50, r.P99 = latencies(created, o.bound, start)
 	r.CPUSteadyPerVolume = (o.cpuLastPV - o.cpuFirstPV) / float64(r.Volumes)
 	o.mu.Unlock()
@@ -225,6 +229,7 @@ func (e *env) finishCreate(ctx context.Context, r *Result, o *observer, l *launc
 		r.Failures = append(r.Failures, "audit log: "+err.Error())
 	}
 	account(r, reqs, start, allBound, end)
+	e.accountBinder(r, o, end)
 	cpu, _ := cpuMillis(l.proc.Pid())
 	from := 0.0
 	if start.After(l.start) {

@@ -20,10 +20,10 @@ import (
 // capacityArgs turn capacity tracking on for the wffc runs.
 var capacityArgs = []string{"--enable-capacity", "--capacity-namespace=" + lab.CapacityNamespace, "--capacity-poll-interval=1h"}
 
-// runWFFC is scenario B with our provisioner: N pod + claim pairs of a
+// runWFFC is scenario B with our provisioner (contender ours or oursBind): N pod + claim pairs of a
 // WaitForFirstConsumer class, with capacity tracking on, scheduled once by
 // the stock kube-scheduler and once by csi-topology-scheduler (the plugin).
-func (e *env) runWFFC(ctx context.Context, rep int) ([]Result, error) {
+func (e *env) runWFFC(ctx context.Context, contender string, rep int) ([]Result, error) {
 	if err := e.prepareWFFC(ctx); err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func (e *env) runWFFC(ctx context.Context, rep int) ([]Result, error) {
 	}
 	var out []Result
 	for _, sched := range order {
-		r, err := e.runWFFCWith(ctx, rep, sched)
+		r, err := e.runWFFCWith(ctx, contender, rep, sched)
 		if err != nil {
 			return nil, fmt.Errorf("%s scheduler: %w", sched, err)
 		}
@@ -67,9 +67,9 @@ func (e *env) prepareWFFC(ctx context.Context) error {
 }
 
 // runWFFCWith runs the pairs through one scheduler.
-func (e *env) runWFFCWith(ctx context.Context, rep int, sched string) (Result, error) {
+func (e *env) runWFFCWith(ctx context.Context, contender string, rep int, sched string) (Result, error) {
 	n := e.opts.Claims
-	r := e.newResult("wffc", ours, rep)
+	r := e.newResult("wffc", contender, rep)
 	r.Scheduler = sched
 	ns, err := e.namespace(ctx, "wffc-"+sched)
 	if err != nil {
@@ -80,7 +80,7 @@ func (e *env) runWFFCWith(ctx context.Context, rep int, sched string) (Result, e
 		return r, err
 	}
 	defer o.Stop()
-	l, err := e.launch(ctx, ours, o, capacityArgs...)
+	l, err := e.launch(ctx, contender, o, capacityArgs...)
 	if err != nil {
 		return r, err
 	}
@@ -118,6 +118,7 @@ func (e *env) runWFFCWith(ctx context.Context, rep int, sched string) (Result, e
 	o.mu.Lock()
 	first, last := span(o.scheduled)
 	r.PerSecond = rate(len(o.scheduled), first, last)
+	r.ToAllScheduled = last.Sub(start).Seconds()
 	r.P50, r.P99 = latencies(created, o.scheduled, start)
 	o.mu.Unlock()
 	e.checkVolumes(ctx, &r, o, ns)
