@@ -189,6 +189,14 @@ func newClients(cfg config, restCfg *rest.Config) (provisioner.Clients, error) {
 	if c.LeaderElection, err = kubeclient.New(restCfg, 5, 10, "csi-provisioner-leader-election/"+version); err != nil {
 		return c, err
 	}
+	if cfg.controller.BindThrough {
+		// Bind-through's three writes per claim get a budget of their own,
+		// as Events do, so that they neither slow the PV creates nor wait
+		// behind them (docs/configuration.md, "Bind-through").
+		if c.Binding, err = kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner-bind-through/"+version); err != nil {
+			return c, err
+		}
+	}
 	if cfg.enableCapacity {
 		c.Capacity, err = kubeclient.New(restCfg, cfg.capacityQPS, cfg.capacityBurst, "csi-provisioner-capacity/"+version)
 	}

@@ -107,6 +107,9 @@ type Clients struct {
 	// Capacity writes CSIStorageCapacity objects; may be Work. Used only
 	// with ControllerConfig.Capacity.
 	Capacity kubernetes.Interface
+	// Binding writes bind-through's bindings (ControllerConfig.BindThrough);
+	// may be Work.
+	Binding kubernetes.Interface
 	// Metadata, when set, watches Nodes as metadata only (labels are all the
 	// provisioner reads of them); nil: Nodes come from Work, trimmed.
 	Metadata metadata.Interface
@@ -233,7 +236,7 @@ func newBinder(cfg ControllerConfig, clients Clients, inf controllerInformers) (
 	if !cfg.BindThrough {
 		return nil, nil
 	}
-	return bindthrough.New(bindthrough.Config{DriverName: cfg.Provisioner.DriverName, Client: clients.Work,
+	return bindthrough.New(bindthrough.Config{DriverName: cfg.Provisioner.DriverName, Client: clients.Binding,
 		Volumes: inf.volumes, Claims: inf.claims, Workers: cfg.WorkerThreads})
 }
 
@@ -246,6 +249,9 @@ func (c Clients) withDefaults() Clients {
 	}
 	if c.Capacity == nil {
 		c.Capacity = c.Work
+	}
+	if c.Binding == nil {
+		c.Binding = c.Work
 	}
 	return c
 }
