@@ -66,6 +66,7 @@ func TestBindThroughRacesThePVController(t *testing.T) {
 // claims share a PV; no claim is named by two PVs; no claim is Lost.
 func checkBindings(t *testing.T, ctx context.Context, c *controlplane.Cluster, ns string) {
 	t.Helper()
+	waitNoneLost(t, ctx, c, ns)
 	claims, err := c.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -105,5 +106,34 @@ func checkBindings(t *testing.T, ctx context.Context, c *controlplane.Cluster, n
 		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID || pv.Status.Phase != v1.VolumeBound {
 			t.Errorf("claim %s: PV %s names %+v and is %s, want this claim and Bound", pvc.Name, pv.Name, pv.Spec.ClaimRef, pv.Status.Phase)
 		}
+	}
+}
+
+// waitNoneLost waits until no claim of ns is Lost. A claim bound through can
+// be Lost for a while: kube-controller-manager's PV controller adds a PV to
+// its own cache only when its single volume worker gets to it, and a claim
+// bound to a PV not in that cache is marked Lost ("Bound claim has lost its
+// PersistentVolume") until the PV controller's next sync of the claim finds
+// the PV and binds it again (docs/configuration.md, "Bind-through", known
+// hazard). The transient cases are logged; a claim still Lost after
+// lab.WorkloadTimeout fails the check that follows.
+func waitNoneLost(t *testing.T, ctx context.Context, c *controlplane.Cluster, ns string) {
+	t.Helper()
+	seen := map[string]bool{}
+	_ = c.WaitFor(ctx, lab.WorkloadTimeout, func(ctx context.Context) (bool, error) {
+		claims, err := c.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		lost := false
+		for _, pvc := range claims.Items {
+			if pvc.Status.Phase == v1.ClaimLost {
+				seen[pvc.Name], lost = true, true
+			}
+		}
+		return !lost, nil
+	})
+	if len(seen) > 0 {
+		t.Logf("claims Lost for a while, the PV controller's race (known hazard of bind-through): %v", seen)
 	}
 }

@@ -78,8 +78,8 @@ func TestNodeDeploymentBindThrough(t *testing.T) {
 	}
 	t.Logf("racing claims bound by: %s", countBy(by))
 	for _, name := range alone {
-		if by := volumeNameManager(bound[name].claim); by != "csi-provisioner" {
-			t.Errorf("claim %s bound by %q with kube-controller-manager stopped, want csi-provisioner", name, by)
+		if by := volumeNameManager(bound[name].claim); by != "csi-provisioner-bind-through" {
+			t.Errorf("claim %s bound by %q with kube-controller-manager stopped, want csi-provisioner-bind-through (its client's user agent)", name, by)
 		}
 	}
 	checkNodeBindings(t, ctx, ns, bound)
