@@ -138,7 +138,8 @@ func renderDoc() string {
 		"and `get` on volumeattributesclasses. Beside the default flags, profiles run parts of the corpus again with\n" +
 		"`--strict-topology`, `--immediate-topology=false`, `--volume-name-prefix=k8s --volume-name-uuid-length=10`,\n" +
 		"`--default-fstype=ext4`, `--controller-publish-readonly`, `--enable-capacity`, `--leader-election` and\n" +
-		"`--node-deployment`, and the metrics of each profile are compared. kube-apiserver runs with\n" +
+		"`--node-deployment`, and with a mock driver whose `Probe` takes 3 s (both sides bound their start-up `Probe` by\n" +
+		"`--timeout`), and the metrics of each profile are compared. kube-apiserver runs with\n" +
 		"`CrossNamespaceVolumeDataSource`, and the cross-namespace cases run upstream with that gate and a ReferenceGrant.\n" +
 		"Event messages are compared by shape (names, UIDs and numbers normalised); a WaitForFirstConsumer claim's\n" +
 		"placement is never listed.\n" +
