@@ -58,22 +58,32 @@ func isProjectModule(gomod []byte) bool {
 // Go version, so that every clone of the same commit shares one build. When
 // the user has no cache directory it is <repo>/.cache/controlplane/<key>.
 func ControlPlaneDir(repoRoot string) (string, error) {
-	modDir := filepath.Join(repoRoot, "test", "controlplane", "k8s")
+	mod := filepath.Join("test", "controlplane", "k8s")
+	return CacheDir(repoRoot, "controlplane", runtime.Version(),
+		filepath.Join(mod, "go.mod"), filepath.Join(mod, "go.sum"), filepath.Join(mod, "etcd", "main.go"))
+}
+
+// CacheDir is where a build of this checkout is cached:
+// <user cache dir>/csi-topology-provisioner/<name>/<key> (<repo>/.cache/<name>/<key>
+// without a user cache dir), where key hashes the files (paths relative to
+// repoRoot), in order, then salt (the Go version, and what else changes
+// the build).
+func CacheDir(repoRoot, name, salt string, files ...string) (string, error) {
 	h := sha256.New()
-	for _, f := range []string{"go.mod", "go.sum", filepath.Join("etcd", "main.go")} {
-		data, err := os.ReadFile(filepath.Join(modDir, f))
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(repoRoot, f))
 		if err != nil {
 			return "", err
 		}
 		h.Write(data)
 	}
-	h.Write([]byte(runtime.Version()))
+	h.Write([]byte(salt))
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return filepath.Join(repoRoot, ".cache", "controlplane", key), nil
+		return filepath.Join(repoRoot, ".cache", name, key), nil
 	}
-	return filepath.Join(base, "csi-topology-provisioner", "controlplane", key), nil
+	return filepath.Join(base, "csi-topology-provisioner", name, key), nil
 }
 
 // BuildControlPlane builds etcd, kube-apiserver, kube-controller-manager and

@@ -2,8 +2,6 @@ package kubeletnode
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,24 +46,8 @@ var (
 // both nested modules (kubelet's, test/controlplane/k8s, and the runtime's,
 // test/kubeletnode/mod) and the Go version.
 func BinariesDir(repoRoot string) (string, error) {
-	h := sha256.New()
-	for _, f := range []string{
-		"test/controlplane/k8s/go.mod", "test/controlplane/k8s/go.sum",
-		runtimeModule + "/go.mod", runtimeModule + "/go.sum",
-	} {
-		data, err := os.ReadFile(filepath.Join(repoRoot, f))
-		if err != nil {
-			return "", err
-		}
-		h.Write(data)
-	}
-	h.Write([]byte(runtime.Version() + runtimeTags))
-	key := hex.EncodeToString(h.Sum(nil))[:16]
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return filepath.Join(repoRoot, ".cache", "nodes", key), nil
-	}
-	return filepath.Join(base, "csi-topology-provisioner", "nodes", key), nil
+	return controlplane.CacheDir(repoRoot, "nodes", runtime.Version()+runtimeTags,
+		"test/controlplane/k8s/go.mod", "test/controlplane/k8s/go.sum", runtimeModule+"/go.mod", runtimeModule+"/go.sum")
 }
 
 // BuildBinaries builds kubelet (from the control plane's nested module,
