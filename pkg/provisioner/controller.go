@@ -20,6 +20,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/bindthrough"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -129,7 +130,7 @@ type Controller struct {
 	nodeFactory informers.SharedInformerFactory
 	// claimer takes immediate-binding claims for the node (node deployment
 	// with ImmediateBinding; nil otherwise).
-	claimer     *nodeClaimer
+	claimer     *nodedeploy.Claimer
 	provisioner *Provisioner
 	lib         *controller.ProvisionController
 	index       *topology.Index
@@ -288,12 +289,12 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 	trim := TrimForDriver(cfg.Provisioner.DriverName)
 	transform := trim
 	if nd != nil {
-		transform = nd.trimForCache
+		transform = nd.deployment().Transform(TrimForCache)
 	}
 	var inf controllerInformers
 	inf.factory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod, informers.WithTransform(transform))
 	if nd != nil && nd.LabelSelection {
-		nd.registerScopedInformers(inf.factory, cfg.Provisioner.DriverName)
+		nd.deployment().ScopeInformers(inf.factory, cfg.Provisioner.DriverName)
 	}
 	inf.claims = inf.factory.Core().V1().PersistentVolumeClaims().Informer()
 	inf.volumes = inf.factory.Core().V1().PersistentVolumes().Informer()
@@ -301,7 +302,7 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 	// With node deployment, the node's own Node and CSINode only.
 	nodeFactory, nodeTweak := inf.factory, func(*metav1.ListOptions) {}
 	if nd != nil {
-		nodeTweak = nd.nodeFieldSelector
+		nodeTweak = nd.deployment().NodeFieldSelector
 		inf.ownNodeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod,
 			informers.WithTransform(trim), informers.WithTweakListOptions(nodeTweak))
 		nodeFactory = inf.ownNodeFactory
@@ -399,20 +400,21 @@ func wireCapacity(cfg ControllerConfig, pub *capacity.Publisher, deps *Deps, ind
 // scopeToNode, with node deployment, limits the library to the node's
 // claims and volumes and returns the claimer of immediate-binding claims
 // (nil without ImmediateBinding, or without node deployment).
-func scopeToNode(cfg ControllerConfig, clients Clients, p *Provisioner, inf controllerInformers, libClaims, libVolumes *replayInformer) (*nodeClaimer, error) {
-	nd := cfg.Provisioner.Node
+func scopeToNode(cfg ControllerConfig, clients Clients, p *Provisioner, inf controllerInformers, libClaims, libVolumes *replayInformer) (*nodedeploy.Claimer, error) {
+	nd := cfg.Provisioner.Node.deployment()
 	if nd == nil {
 		return nil, nil
 	}
-	libClaims.scope, libVolumes.scope = nd.ownsClaim, nd.ownsVolume
+	classes := inf.factory.Storage().V1().StorageClasses().Lister()
+	libClaims.scope, libVolumes.scope = nd.OwnsClaim, nd.OwnsVolume
 	if nd.LabelSelection {
-		libClaims.keep = nd.selectsAfterWrite(cfg.Provisioner.DriverName, inf.factory.Storage().V1().StorageClasses().Lister())
+		libClaims.keep = nd.KeepAfterWrite(cfg.Provisioner.DriverName, classes)
 	}
 	if !nd.ImmediateBinding {
 		return nil, nil
 	}
-	return newNodeClaimer(nd, p, inf.claims, inf.factory.Storage().V1().StorageClasses().Lister(),
-		nodeLister{inf.nodes.GetIndexer()}, clients.Work.CoreV1(), cfg.Capacity != nil)
+	return nodedeploy.NewClaimer(nodedeploy.ClaimerConfig{Node: nd, DriverName: cfg.Provisioner.DriverName, Claims: inf.claims,
+		Classes: classes, Nodes: nodeLister{inf.nodes.GetIndexer()}, Client: clients.Work.CoreV1(), Check: p.nodeMayTake(cfg.Capacity != nil)})
 }
 
 // libraryOptions are the provisioning library's options.
@@ -503,7 +505,7 @@ func (c *Controller) run(ctx context.Context) error {
 	work := func(ctx context.Context) {
 		go c.sources.protection.Run(ctx)
 		if c.claimer != nil {
-			go c.claimer.run(ctx)
+			go c.claimer.Run(ctx)
 		}
 		if c.binder != nil {
 			go c.binder.Run(ctx)
