@@ -457,8 +457,9 @@ func (c *Controller) RetryNow(ctx context.Context) {
 // Provisioner returns the Provisioner the controller runs.
 func (c *Controller) Provisioner() *Provisioner { return c.provisioner }
 
-// Run starts the informers, waits for their caches and runs the library's
-// controller (behind leader election when configured) until ctx is done,
+// Run starts the informers, waits for their caches and runs the leader's
+// work (leaderWork: the library's controller and the parts beside it,
+// behind leader election when configured) until ctx is done,
 // and then, while leading, up to DrainTimeout more to let the CreateVolume
 // calls in flight finish (drain). Informers run on standby replicas too, so
 // a new leader starts warm.
@@ -502,16 +503,6 @@ func (c *Controller) run(ctx context.Context) error {
 	}
 	defer c.sources.broadcast.Shutdown()
 	c.sources.start(ctx)
-	work := func(ctx context.Context) {
-		go c.sources.protection.Run(ctx)
-		if c.claimer != nil {
-			go c.claimer.Run(ctx)
-		}
-		if c.binder != nil {
-			go c.binder.Run(ctx)
-		}
-		c.lib.Run(ctx)
-	}
 	if c.capacity != nil {
 		c.capacityFactory.Start(ctx.Done())
 		defer c.capacityFactory.Shutdown()
@@ -520,23 +511,11 @@ func (c *Controller) run(ctx context.Context) error {
 				return fmt.Errorf("informer cache for %v did not sync", typ)
 			}
 		}
-		run := work
-		work = func(ctx context.Context) {
-			go c.capacity.Run(ctx)
-			run(ctx)
-		}
 	}
-	inner := work
-	work = func(ctx context.Context) {
+	work := func(ctx context.Context) {
 		c.leading.Store(true)
 		defer c.leading.Store(false)
-		if c.recordKeeper != nil {
-			// Records of claims deleted while no replica led are
-			// cleared before any new provisioning.
-			c.recordKeeper.reconcile(ctx)
-			go c.recordKeeper.run(ctx)
-		}
-		inner(ctx)
+		runRunners(ctx, c.leaderWork())
 	}
 	if !c.cfg.LeaderElection {
 		work(ctx)
