@@ -184,12 +184,12 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			return nil, err
 		}
 	}
-	if _, err := inf.claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
-		return nil, fmt.Errorf("watching claims: %w", err)
-	}
 	p, err := New(cfg.Provisioner, deps)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := inf.claims.AddEventHandler(selectionHandler(p.selections)); err != nil {
+		return nil, fmt.Errorf("watching claims: %w", err)
 	}
 	libClient := clients.Work
 	var keeper *inFlightRecordKeeper
@@ -350,14 +350,13 @@ func capacityConfig(cfg ControllerConfig) capacity.Config {
 func newDeps(cfg ControllerConfig, clients Clients, csiClient ControllerClient, inf controllerInformers, index *topology.Index,
 	sources *sourceWiring) (deps Deps, attachments cache.SharedIndexInformer, err error) {
 	deps = Deps{
-		Sources:    sources.sources,
-		CSI:        csiClient,
-		Secrets:    clients.Work.CoreV1(),
-		CSINodes:   inf.csiNodes.Lister(),
-		Classes:    inf.factory.Storage().V1().StorageClasses().Lister(),
-		Index:      index,
-		Decisions:  NewDecisionLog(),
-		Selections: NewSelectionClock(nil),
+		Sources:   sources.sources,
+		CSI:       csiClient,
+		Secrets:   clients.Work.CoreV1(),
+		CSINodes:  inf.csiNodes.Lister(),
+		Classes:   inf.factory.Storage().V1().StorageClasses().Lister(),
+		Index:     index,
+		Decisions: NewDecisionLog(),
 		// Only node deployment hands claims back for a silent driver.
 		DriverStatus: cfg.DriverStatus,
 	}
