@@ -20,6 +20,8 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // InFlightRecordFinalizer is the finalizer that records, on a claim, that a volume
@@ -31,21 +33,21 @@ import (
 // external-provisioner, which never removes it, can take over. The name
 // follows upstream external-provisioner's claim finalizers
 // (provisioner.storage.kubernetes.io/cloning-protection).
-const InFlightRecordFinalizer = "provisioner.storage.kubernetes.io/volume-leak-protection"
+const InFlightRecordFinalizer = contract.InFlightRecordFinalizer
 
 // Event reasons of the in-flight record, posted on the claim.
 const (
 	// ReasonInFlightVolumeDeleted: the claim was deleted before its volume
 	// got a PV; the volume was deleted and the record removed.
-	ReasonInFlightVolumeDeleted = "InFlightVolumeDeleted"
+	ReasonInFlightVolumeDeleted = contract.ReasonInFlightVolumeDeleted
 	// ReasonInFlightVolumeAbandoned: the record was removed without
 	// knowing that no volume remains (the class is gone, or the driver
 	// gave a final error to the CreateVolume that learns the volume's ID).
-	ReasonInFlightVolumeAbandoned = "InFlightVolumeAbandoned"
+	ReasonInFlightVolumeAbandoned = contract.ReasonInFlightVolumeAbandoned
 	// ReasonVolumeNameTaken: the PV of a new volume could not be created
 	// because another volume's PV holds the name; the new volume was
 	// deleted.
-	ReasonVolumeNameTaken = "VolumeNameTaken"
+	ReasonVolumeNameTaken = contract.ReasonVolumeNameTaken
 )
 
 // errClaimGoneOrDeleting stops a provision whose claim is gone, being deleted

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // recordWorkers is how many deleted claims' records are cleared at once.
@@ -97,7 +99,7 @@ func newInFlightRecordKeeper(ctx context.Context, p *Provisioner, claims cache.S
 	broadcaster.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	k := &inFlightRecordKeeper{
 		p: p, claims: claims, pvs: pvs, classes: classes, patcher: patcher,
-		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-provisioner"}),
+		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: contract.InFlightEventComponent}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](time.Second, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "inflightrecords"}),

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // Outcomes of RemoveInFlightRecords for one claim, beside those of the
@@ -64,7 +66,7 @@ func RemoveInFlightRecords(ctx context.Context, cfg ControllerConfig, clients Cl
 	leCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	logger.Info("Waiting for the leader-election Lease, so that no provisioner of the driver runs meanwhile",
-		"lease", leaseName(cfg.Provisioner.DriverName), "namespace", leaseNamespace(cfg.LeaderElectionNamespace))
+		"lease", contract.LeaderLeaseName(cfg.Provisioner.DriverName), "namespace", leaseNamespace(cfg.LeaderElectionNamespace))
 	err := runLeaderElected(leCtx, cfg, clients.LeaderElection, func(ctx context.Context) {
 		out, werr = removeRecords(ctx, cfg, clients, driver)
 		ran = true
