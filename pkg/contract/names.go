@@ -12,6 +12,21 @@ const InFlightRecordFinalizer = "provisioner.storage.kubernetes.io/volume-leak-p
 // InFlightVolumeAbandoned on claims.
 const InFlightEventComponent = "csi-provisioner"
 
+// Labels of the CSIStorageCapacity objects the provisioner publishes,
+// upstream external-provisioner's, so that either sidecar adopts the
+// other's objects.
+const (
+	// LabelCapacityDriver is the CSI driver's name.
+	LabelCapacityDriver = "csi.storage.k8s.io/drivername"
+	// LabelCapacityManagedBy names the publisher: CapacityManagedBy for the
+	// central provisioner, CapacityManagedBy + "-<node>" for a node
+	// deployment's instance (shortened with a hash when too long).
+	LabelCapacityManagedBy = "csi.storage.k8s.io/managed-by"
+	// CapacityManagedBy is the LabelCapacityManagedBy value of the central
+	// provisioner's objects.
+	CapacityManagedBy = "external-provisioner"
+)
+
 // LeaderLeaseName returns the name of the provisioner's leader-election
 // Lease for a driver, by upstream external-provisioner's rule (v6.3.0 with
 // csi-lib-utils' leaderelection), so that replicas of either image elect

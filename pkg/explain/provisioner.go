@@ -23,9 +23,9 @@ const defaultLeaseDuration = 15 * time.Second
 // names: a node deployment's instance publishes the objects of its node
 // with managed-by external-provisioner-<node>.
 const (
-	labelCapacityDriver    = "csi.storage.k8s.io/drivername"
-	labelCapacityManagedBy = "csi.storage.k8s.io/managed-by"
-	instanceManagedBy      = "external-provisioner-"
+	labelCapacityDriver    = contract.LabelCapacityDriver
+	labelCapacityManagedBy = contract.LabelCapacityManagedBy
+	instanceManagedBy      = contract.CapacityManagedBy + "-"
 )
 
 // provState is what the evidence says of the driver's provisioner.
