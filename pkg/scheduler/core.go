@@ -14,6 +14,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
@@ -22,7 +23,7 @@ import (
 // MaxScore is the highest score Score returns; front ends rescale it.
 const MaxScore = 100
 
-const annSelectedNode = "volume.kubernetes.io/selected-node"
+const annSelectedNode = storagehelpers.AnnSelectedNode
 
 // CapacitySource is the read side of the published CSIStorageCapacity
 // objects that the Core depends upon. Implementations are safe for

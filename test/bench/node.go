@@ -39,7 +39,7 @@ const (
 	// backgroundNamespace holds the background claims.
 	backgroundNamespace = "bench-background"
 	// Annotations the scheduler and the PV controller put on a claim.
-	annSelectedNode           = "volume.kubernetes.io/selected-node"
+	annSelectedNode           = lab.AnnSelectedNode
 	annBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
 	// pvFinalizer is the provisioning library's finalizer on the PVs it
 	// creates.

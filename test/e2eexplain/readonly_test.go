@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/explain"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
@@ -144,7 +145,7 @@ func TestExplainAsNamespaceUser(t *testing.T) {
 	t.Logf("as the namespace user:\n%s", out)
 	for _, want := range []string{
 		`? access      could not list nodes (cluster-wide); allowed by the rule apiGroups: [""], resources: ["nodes"], verbs: ["list"]`,
-		"? access      could not list leader lease " + explain.LeaderLeaseName(lab.DriverName),
+		"? access      could not list leader lease " + contract.LeaderLeaseName(lab.DriverName),
 		"✓ provisioner provisioner running: Event ProvisioningFailed from " + lab.DriverName,
 		"conclusion (" + string(explain.CauseBadClassParameter) + "): class " + class + " has a bad parameter",
 	} {

@@ -89,7 +89,7 @@ func (l *Lab) WaitSelectedNode(t testing.TB, ctx context.Context, ns, name strin
 		if err != nil {
 			return false, nil
 		}
-		node = pvc.Annotations["volume.kubernetes.io/selected-node"]
+		node = pvc.Annotations[AnnSelectedNode]
 		return node != "", nil
 	}); err != nil {
 		t.Fatalf("claim %s/%s never selected for a node: %v", ns, name, err)

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/component-base/metrics/testutil"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
@@ -28,7 +29,7 @@ import (
 
 // AnnSelectedNode is the claim annotation the scheduler sets for a
 // WaitForFirstConsumer claim.
-const AnnSelectedNode = "volume.kubernetes.io/selected-node"
+const AnnSelectedNode = storagehelpers.AnnSelectedNode
 
 // TestObjectName is prefix followed by the test's name, lowercase, with "/"
 // and "_" as "-", cut to 60 characters: a valid, per-test name for a

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-const annSelectedNode = "volume.kubernetes.io/selected-node"
+const annSelectedNode = AnnSelectedNode
 
 // RestartOutcome is what PendingClaimAcrossRestart saw once the restarted
 // scheduler had decided about the second pod.
