@@ -67,14 +67,14 @@ func benchWorld(b *testing.B) *world {
 
 // benchCores returns, over one world, a Core without reservations and one
 // with benchReservations of other pods in flight in the target node's
-// bucket, and the target node.
-func benchCores(b *testing.B) (map[string]*Core, *v1.Node) {
+// bucket, both reading opt, and the target node.
+func benchCores(b *testing.B, opt OptionalSources) (map[string]*Core, *v1.Node) {
 	b.Helper()
 	w := benchWorld(b)
 	target := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2500", Labels: map[string]string{nodeKey: "node-2500"}}}
 	weights := ScoreWeights{FreeCapacity: 1, VolumeHeadroom: 1}
-	idle := w.coreWith(b, Config{Driver: driver, ScoreWeights: weights}, nil)
-	busy := w.coreWith(b, Config{Driver: driver, ScoreWeights: weights}, nil)
+	idle := w.coreFrom(b, Config{Driver: driver, ScoreWeights: weights}, nil, opt)
+	busy := w.coreFrom(b, Config{Driver: driver, ScoreWeights: weights}, nil, opt)
 	for i := 0; i < benchReservations; i++ {
 		busy.Ledger().Reserve(Request{UID: types.UID(fmt.Sprintf("r-%d", i)), Claim: fmt.Sprintf("ns/r-%d", i), Pod: fmt.Sprintf("ns/rp-%d", i),
 			Node: target.Name, Segment: nodeKey + "=" + target.Name, Class: "fast", Bytes: gi})
@@ -108,7 +108,7 @@ func BenchmarkScore(b *testing.B) {
 // benchEach runs op in a loop for a pod with two pending claims on the
 // target node of each benchmark Core (without and with reservations).
 func benchEach(b *testing.B, op func(*testing.B, *Core, *PodVolumes, *v1.Node)) {
-	cores, target := benchCores(b)
+	cores, target := benchCores(b, OptionalSources{})
 	for _, name := range []string{"reservations=0", fmt.Sprintf("reservations=%d", benchReservations)} {
 		c := cores[name]
 		pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
@@ -178,14 +178,13 @@ func BenchmarkFilterClone(b *testing.B) {
 // all live): the check is one index lookup, independent of the number of
 // Leases.
 func BenchmarkFilterHeartbeat(b *testing.B) {
-	cores, target := benchCores(b)
 	now := time.Now()
 	leases := make([]*coordinationv1.Lease, 0, benchNodes)
 	for n := 0; n < benchNodes; n++ {
 		leases = append(leases, heartbeatLease(driver, fmt.Sprintf("node-%d", n), now, time.Hour))
 	}
+	cores, target := benchCores(b, OptionalSources{Liveness: testLiveness(b, "", leases...)})
 	c := cores["reservations=0"]
-	c.SetLiveness(testLiveness(b, "", leases...))
 	pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
 	if err != nil {
 		b.Fatal(err)
@@ -228,10 +227,7 @@ func BenchmarkCycle(b *testing.B) {
 		// CSINode event (NewFromInformers, what the plugin and the
 		// extender run).
 		for _, mode := range []string{"lister", "events"} {
-			c := w.core(b, nil)
-			if mode == "events" {
-				c.TrackCSINodes()
-			}
+			c := w.coreWith(b, Config{Driver: driver, CSINodeEvents: mode == "events"}, nil)
 			b.Run(fmt.Sprintf("nodes=%d/csinodes=%s", size, mode), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {

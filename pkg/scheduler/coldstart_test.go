@@ -72,16 +72,17 @@ func TestCapacityNotPublished(t *testing.T) {
 			for _, zone := range tc.published {
 				w.add(t, w.capacities, capacity("fast", zone, 10*gi))
 			}
-			c := w.coreWith(t, Config{Driver: driver, CapacityPublishGrace: tc.grace}, func() time.Time { return now })
+			var opt OptionalSources
 			if tc.storageCapacity {
 				drivers := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 				w.add(t, drivers, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver},
 					Spec: storagev1.CSIDriverSpec{StorageCapacity: ptr.To(true)}})
-				c.SetCSIDrivers(storagelisters.NewCSIDriverLister(drivers))
+				opt.CSIDrivers = storagelisters.NewCSIDriverLister(drivers)
 			}
 			if tc.silent != "" {
-				c.SetLiveness(testLiveness(t, "", heartbeatLease(driver, tc.silent, now.Add(-time.Minute), 4*time.Second)))
+				opt.Liveness = testLiveness(t, "", heartbeatLease(driver, tc.silent, now.Add(-time.Minute), 4*time.Second))
 			}
+			c := w.coreFrom(t, Config{Driver: driver, CapacityPublishGrace: tc.grace}, func() time.Time { return now }, opt)
 			pv, err := c.PodVolumes(pod("p", "c1"))
 			if err != nil {
 				t.Fatal(err)
@@ -111,8 +112,7 @@ func TestCapacityNotPublishedWithoutCapacity(t *testing.T) {
 	w.add(t, w.classes, cls)
 	w.add(t, w.claims, claim("c1", "fast", gi))
 	w.add(t, w.csiNodes, csiNode("n1", nil, driver))
-	c := w.core(t, func() time.Time { return now })
-	c.IgnoreCapacity()
+	c := w.coreWith(t, Config{Driver: driver, IgnoreCapacity: true}, func() time.Time { return now })
 	pv, err := c.PodVolumes(pod("p", "c1"))
 	if err != nil {
 		t.Fatal(err)

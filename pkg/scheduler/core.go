@@ -64,6 +64,11 @@ type Listers struct {
 	Snapshots SnapshotSource
 	// Liveness may be nil: the driver's heartbeat is then not checked.
 	Liveness LivenessSource
+	// CSIDrivers may be nil: the driver's CSIDriver is then not read. When
+	// its storageCapacity is true, VolumeBinding refuses every node of a
+	// segment without a capacity object, so a pod of a new class waits
+	// (CapacityNotPublished) also while no segment has published yet.
+	CSIDrivers storagelisters.CSIDriverLister
 }
 
 // Config configures a Core.
@@ -81,6 +86,13 @@ type Config struct {
 	// a pod waits for it (CapacityNotPublished); 0 means
 	// DefaultCapacityPublishGrace, a negative value turns the wait off.
 	CapacityPublishGrace time.Duration
+	// IgnoreCapacity turns the capacity filter and score off, as a nil
+	// Listers.Capacities does (the plugin's capacity: false).
+	IgnoreCapacity bool
+	// CSINodeEvents says that the Core's owner calls CSINodeChanged on every
+	// CSINode event (NewFromInformers's handlers do), so a cached segment is
+	// trusted without reading the CSINode lister.
+	CSINodeEvents bool
 }
 
 // Core filters, scores and reserves nodes for pods with volumes of one
@@ -93,11 +105,10 @@ type Core struct {
 	now     func() time.Time
 	// segments caches each node's segment (segments.go).
 	segments nodeSegments
-	// csiDrivers, when set, reads the driver's CSIDriver (coldstart.go).
-	csiDrivers storagelisters.CSIDriverLister
 }
 
-// New returns a Core; counter may be nil (no attach-limit check).
+// New returns a Core, complete: cfg and l hold all it reads, and nothing
+// is set later. counter may be nil (no attach-limit check).
 func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (*Core, error) {
 	if cfg.Driver == "" {
 		return nil, errors.New("scheduler: a driver name is required")
@@ -120,25 +131,17 @@ func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (
 	if now == nil {
 		now = time.Now
 	}
+	if cfg.IgnoreCapacity {
+		l.Capacities = nil
+	}
 	c := &Core{cfg: cfg, l: l, counter: counter, ledger: NewLedger(cfg.ReservationTTL, now), now: now}
+	c.segments.tracked = cfg.CSINodeEvents
 	c.ledger.SetSettledCheck(c.capacityCounts)
 	return c, nil
 }
 
 // Driver returns the CSI driver the Core serves.
 func (c *Core) Driver() string { return c.cfg.Driver }
-
-// IgnoreCapacity turns the capacity filter and score off. Call before use.
-func (c *Core) IgnoreCapacity() { c.l.Capacities = nil }
-
-// SetSnapshots has the Core follow a restore's VolumeSnapshot to the claim
-// it was taken of (nil turns that off). Call before use.
-func (c *Core) SetSnapshots(s SnapshotSource) { c.l.Snapshots = s }
-
-// SetLiveness has the Core reject nodes where the driver's heartbeat has
-// expired, for pods with pending claims (nil turns that off). Call before
-// use.
-func (c *Core) SetLiveness(l LivenessSource) { c.l.Liveness = l }
 
 // Ledger returns the reservations in flight.
 func (c *Core) Ledger() *Ledger { return c.ledger }

@@ -61,6 +61,12 @@ func (w *world) core(t testing.TB, now func() time.Time) *Core {
 
 func (w *world) coreWith(t testing.TB, cfg Config, now func() time.Time) *Core {
 	t.Helper()
+	return w.coreFrom(t, cfg, now, OptionalSources{})
+}
+
+// coreFrom builds a Core on the world's stores and opt's optional reads.
+func (w *world) coreFrom(t testing.TB, cfg Config, now func() time.Time, opt OptionalSources) *Core {
+	t.Helper()
 	stores := limits.Stores{Pods: w.pods, Claims: w.claims, Attachments: w.attachments, Volumes: w.volumes,
 		Classes: w.classes, Nodes: w.nodes, CSINodes: w.csiNodes}
 	for name, idx := range map[string]cache.Indexer{limits.PodsByNode: w.pods, limits.ClaimsBySelectedNode: w.claims, limits.AttachmentsByNode: w.attachments} {
@@ -74,6 +80,9 @@ func (w *world) coreWith(t testing.TB, cfg Config, now func() time.Time) *Core {
 		Classes:    storagelisters.NewStorageClassLister(w.classes),
 		CSINodes:   storagelisters.NewCSINodeLister(w.csiNodes),
 		Capacities: indexedCapacities{w.capacities},
+		Snapshots:  opt.Snapshots,
+		Liveness:   opt.Liveness,
+		CSIDrivers: opt.CSIDrivers,
 	}, limits.NewCounter(driver, stores), now)
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +339,8 @@ func TestIgnoreCapacity(t *testing.T) {
 	if st := c.Filter(a, node("n1", "z1")); st == nil || st.Reason != ReasonInsufficientCapacity {
 		t.Fatalf("16 GiB in a 1 GiB segment: %v, want InsufficientCapacity", st)
 	}
-	c.IgnoreCapacity()
+	c = w.coreWith(t, Config{Driver: driver, IgnoreCapacity: true}, nil)
+	a, _ = c.PodVolumes(pod("pa", "a"))
 	if st := c.Filter(a, node("n1", "z1")); st != nil {
 		t.Errorf("with capacity ignored: %v", st)
 	}

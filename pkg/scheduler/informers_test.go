@@ -42,7 +42,7 @@ func startInformers(ctx context.Context, t *testing.T, noClass bool, objs ...run
 	client := fake.NewClientset(objs...)
 	watching := fakewatch.Opened(t, &client.Fake, "persistentvolumeclaims", "pods", "csinodes")
 	factory := informers.NewSharedInformerFactory(client, 0)
-	core, err := NewFromInformers(Config{Driver: driver}, factory)
+	core, err := NewFromInformers(Config{Driver: driver}, factory, OptionalSources{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,12 +63,12 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 	}
 	w.add(t, w.claims, claim("a", "fast", gi), boundClaim("bound", "pv-1"))
 	w.add(t, w.volumes, csiVolume("pv-1", "h1"))
-	c := w.core(t, func() time.Time { return now })
-	c.SetLiveness(testLiveness(t, "",
+	clock := func() time.Time { return now }
+	c := w.coreFrom(t, Config{Driver: driver}, clock, OptionalSources{Liveness: testLiveness(t, "",
 		heartbeatLease(driver, "live", now.Add(-2*time.Second), 4*time.Second),
 		heartbeatLease(driver, "silent", now.Add(-72*time.Second), 4*time.Second),
 		heartbeatLease("other.example.com", "other-driver", now.Add(-time.Hour), 4*time.Second),
-	))
+	)})
 
 	tests := []struct {
 		name    string
@@ -101,7 +101,7 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 	}
 
 	t.Run("off without a LivenessSource", func(t *testing.T) {
-		c.SetLiveness(nil)
+		c := w.core(t, clock)
 		pv, err := c.PodVolumes(pod("p", "a"))
 		if err != nil {
 			t.Fatal(err)

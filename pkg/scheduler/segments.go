@@ -74,7 +74,8 @@ type nodeSegments struct {
 	snap atomic.Pointer[map[string]*nodeSegment]
 	// tracked says that forget is called on every CSINode event: get then
 	// trusts an entry whose Node is current without reading the CSINode.
-	tracked atomic.Bool
+	// Set by New (Config.CSINodeEvents), read only afterwards.
+	tracked bool
 	// mu guards dirty and orders put after forget: epoch counts forget
 	// calls, and put stores an entry only if none happened since its
 	// computation began.
@@ -198,7 +199,7 @@ func (s *nodeSegments) forget(node string) {
 // nodeSegment returns the node's segment for the driver, from the cache
 // when the node and its CSINode have not changed since it was computed.
 func (c *Core) nodeSegment(node *v1.Node) *nodeSegment {
-	tracked := c.segments.tracked.Load()
+	tracked := c.segments.tracked
 	var csiNode *storagev1.CSINode
 	if !tracked {
 		csiNode = c.csiNode(node.Name)
@@ -252,13 +253,8 @@ func computeSegment(c *Core, node *v1.Node, csiNode *storagev1.CSINode) *nodeSeg
 
 // CSINodeChanged tells the Core that the node's CSINode was added, updated
 // or deleted. A Core whose owner calls it on every CSINode event (as
-// NewFromInformers's handlers do) should say so with TrackCSINodes.
+// NewFromInformers's handlers do) should say so with Config.CSINodeEvents.
 func (c *Core) CSINodeChanged(node string) { c.segments.forget(node) }
-
-// TrackCSINodes says that CSINodeChanged is called on every CSINode event
-// from now on, so a cached segment is trusted without reading the CSINode
-// lister. Call before use.
-func (c *Core) TrackCSINodes() { c.segments.tracked.Store(true) }
 
 // KeySetSource is implemented by a CapacitySource that can tell which node
 // labels its answers for a class depend on (NewCapacitySource's does).

@@ -243,8 +243,7 @@ func TestTrackedSegmentFollowsCSINodeEvents(t *testing.T) {
 	w.add(t, w.csiNodes, csiNode("n1", nil, driver))
 	w.add(t, w.capacities, capacity("fast", "z1", 10*gi))
 	w.add(t, w.claims, claim("a", "fast", gi))
-	c := w.core(t, nil)
-	c.TrackCSINodes()
+	c := w.coreWith(t, Config{Driver: driver, CSINodeEvents: true}, nil)
 	pv, err := c.PodVolumes(pod("p", "a"))
 	if err != nil {
 		t.Fatal(err)

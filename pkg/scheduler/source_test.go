@@ -82,14 +82,14 @@ func sourceWorld(t *testing.T, withSnapshots bool) (*world, *Core) {
 		v1.NodeSelectorRequirement{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{"n1"}})
 	w.add(t, w.volumes, src, local, csiVolume("pv-free", "h-free"))
 	w.add(t, w.claims, boundClaim("src", "pv-src"), boundClaim("src-local", "pv-local"), boundClaim("src-free", "pv-free"), claim("src-unbound", "fast", gi))
-	c := w.core(t, nil)
+	var opt OptionalSources
 	if withSnapshots {
 		snaps := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		w.add(t, snaps, snapshot("snap", ptr.To("src")), snapshot("snap-local", ptr.To("src-local")), snapshot("snap-free", ptr.To("src-free")),
 			snapshot("snap-content", nil), snapshot("snap-gone", ptr.To("deleted")))
-		c.SetSnapshots(NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps)))
+		opt.Snapshots = NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps))
 	}
-	return w, c
+	return w, w.coreFrom(t, Config{Driver: driver}, nil, opt)
 }
 
 func TestFilterDataSource(t *testing.T) {

@@ -156,7 +156,7 @@ func TestCSINodeHintDropsSegment(t *testing.T) {
 		return &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: storagev1.CSINodeSpec{Drivers: drivers}}
 	}
 	csiNodes := storeOf(t, csiNode(other))
-	core, err := scheduler.New(scheduler.Config{Driver: driver}, scheduler.Listers{
+	core, err := scheduler.New(scheduler.Config{Driver: driver, CSINodeEvents: true}, scheduler.Listers{
 		Claims:   corelisters.NewPersistentVolumeClaimLister(storeOf(t, claim)),
 		Volumes:  corelisters.NewPersistentVolumeLister(storeOf(t)),
 		Classes:  storagelisters.NewStorageClassLister(storeOf(t, class)),
@@ -165,7 +165,6 @@ func TestCSINodeHintDropsSegment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	core.TrackCSINodes()
 	p := &Plugin{core: core}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "d",
 		VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}}

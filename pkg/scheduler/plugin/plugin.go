@@ -121,34 +121,30 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	// A zero TTL takes the Core's default.
-	grace := time.Duration(0) // the Core's default
-	if args.CapacityPublishGrace != nil {
-		if grace = args.CapacityPublishGrace.Duration; grace == 0 {
-			grace = -1 // off
+	snaps, err := snapshotInformer(h.KubeConfig())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	var hb *heartbeats
+	if (args.DriverHeartbeat == nil || *args.DriverHeartbeat) && h.ClientSet() != nil {
+		if hb, err = newHeartbeats(h.ClientSet(), args.HeartbeatNamespace); err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
 	}
-	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: args.ReservationTTL.Duration,
-		ScoreWeights: args.ScoreWeights, CapacityPublishGrace: grace}, h.SharedInformerFactory())
+	core, err := newCore(args, h, snaps, hb)
 	if err != nil {
 		return nil, err
 	}
-	if args.Capacity != nil && !*args.Capacity {
-		core.IgnoreCapacity()
-	}
-	// VolumeBinding reads the same CSIDriver informer.
-	core.SetCSIDrivers(h.SharedInformerFactory().Storage().V1().CSIDrivers().Lister())
 	p := &Plugin{core: core, handle: h, logger: klog.FromContext(ctx), sourceWaiting: newWaiting()}
-	if err := p.followSnapshots(ctx, h.KubeConfig()); err != nil {
+	if err := p.followSnapshots(ctx, snaps); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	if h != nil {
 		p.publishWait = &publishWait{timers: map[string]*time.Timer{},
 			activate: func(pods map[string]*v1.Pod) { h.Activate(p.logger, pods) }}
 	}
-	heartbeat := args.DriverHeartbeat == nil || *args.DriverHeartbeat
-	if heartbeat && h.ClientSet() != nil {
-		if err := p.followHeartbeats(ctx, h.ClientSet(), args.HeartbeatNamespace); err != nil {
+	if hb != nil {
+		if err := p.followHeartbeats(ctx, hb); err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
 	}
@@ -161,20 +157,51 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	return p, nil
 }
 
-// followSnapshots gives the core a VolumeSnapshot informer of its own (the
-// framework's informer factory has only built-in types), an optional API
-// started on ctx whenever the API serves VolumeSnapshots, and activates the
-// pods waiting for a snapshot when one appears or changes.
-func (p *Plugin) followSnapshots(ctx context.Context, cfg *rest.Config) error {
+// newCore builds the plugin's core on the framework's informers, with the
+// optional reads: snapshots and heartbeats when they are followed (nil
+// otherwise), and the CSIDriver informer VolumeBinding reads too.
+func newCore(args Args, h fwk.Handle, snaps *scheduler.Snapshots, hb *heartbeats) (*scheduler.Core, error) {
+	// A zero TTL takes the Core's default.
+	grace := time.Duration(0) // the Core's default
+	if args.CapacityPublishGrace != nil {
+		if grace = args.CapacityPublishGrace.Duration; grace == 0 {
+			grace = -1 // off
+		}
+	}
+	opt := scheduler.OptionalSources{CSIDrivers: h.SharedInformerFactory().Storage().V1().CSIDrivers().Lister()}
+	if snaps != nil {
+		opt.Snapshots = snaps.Source
+	}
+	if hb != nil {
+		opt.Liveness = hb.live
+	}
+	return scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: args.ReservationTTL.Duration,
+		ScoreWeights: args.ScoreWeights, CapacityPublishGrace: grace, IgnoreCapacity: args.Capacity != nil && !*args.Capacity},
+		h.SharedInformerFactory(), opt)
+}
+
+// snapshotInformer returns the core's VolumeSnapshot informer, one of its
+// own (the framework's informer factory has only built-in types); nil for
+// a framework without a kubeconfig (tests): snapshots off.
+func snapshotInformer(cfg *rest.Config) (*scheduler.Snapshots, error) {
 	if cfg == nil {
-		return nil // a framework without a kubeconfig (tests): snapshots off
+		return nil, nil
 	}
 	client, err := snapclient.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	snaps := scheduler.SnapshotInformer(client)
-	p.core.SetSnapshots(snaps.Source)
+	return &snaps, nil
+}
+
+// followSnapshots runs the core's VolumeSnapshot informer (nil: none) as an
+// optional API started on ctx whenever the API serves VolumeSnapshots, and
+// activates the pods waiting for a snapshot when one appears or changes.
+func (p *Plugin) followSnapshots(ctx context.Context, snaps *scheduler.Snapshots) error {
+	if snaps == nil {
+		return nil
+	}
 	if _, err := snaps.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.activateSourceWaiting() },
 		UpdateFunc: func(_, _ any) { p.activateSourceWaiting() },
