@@ -145,12 +145,12 @@ func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *heartbea
 // The map holds nil for a node that fits.
 func verdicts(s *snapshot, core *scheduler.Core) (map[string]*scheduler.Status, error) {
 	pod := probePod(s)
-	pv, err := core.PodVolumes(pod)
+	podVols, err := core.PodVolumes(pod)
 	if err != nil {
 		return nil, fmt.Errorf("the pod's volumes: %w", err)
 	}
 	out := map[string]*scheduler.Status{}
-	if pv == nil {
+	if podVols == nil {
 		return out, nil
 	}
 	req := nodeaffinity.GetRequiredNodeAffinity(pod)
@@ -158,7 +158,7 @@ func verdicts(s *snapshot, core *scheduler.Core) (map[string]*scheduler.Status, 
 		if ok, _ := req.Match(n); !ok {
 			continue
 		}
-		out[n.Name] = core.Filter(pv, n)
+		out[n.Name] = core.Filter(podVols, n)
 	}
 	return out, nil
 }

@@ -88,8 +88,8 @@ func benchCores(b *testing.B, opt OptionalSources) (map[string]*Core, *v1.Node) 
 // the node's bucket: driver keys, allowedTopologies, attach limit (with the
 // reservations on the node), capacity minus reservations.
 func BenchmarkFilter(b *testing.B) {
-	benchEach(b, func(b *testing.B, c *Core, pv *PodVolumes, target *v1.Node) {
-		if st := c.Filter(pv, target); st != nil {
+	benchEach(b, func(b *testing.B, c *Core, podVols *PodVolumes, target *v1.Node) {
+		if st := c.Filter(podVols, target); st != nil {
 			b.Fatal(st)
 		}
 	})
@@ -98,8 +98,8 @@ func BenchmarkFilter(b *testing.B) {
 // BenchmarkScore scores the same node for the same pod with both score
 // weights 1 (free capacity and attach headroom).
 func BenchmarkScore(b *testing.B) {
-	benchEach(b, func(b *testing.B, c *Core, pv *PodVolumes, target *v1.Node) {
-		if s := c.Score(pv, target); s <= 0 {
+	benchEach(b, func(b *testing.B, c *Core, podVols *PodVolumes, target *v1.Node) {
+		if s := c.Score(podVols, target); s <= 0 {
 			b.Fatalf("score %d", s)
 		}
 	})
@@ -111,14 +111,14 @@ func benchEach(b *testing.B, op func(*testing.B, *Core, *PodVolumes, *v1.Node)) 
 	cores, target := benchCores(b, OptionalSources{})
 	for _, name := range []string{"reservations=0", fmt.Sprintf("reservations=%d", benchReservations)} {
 		c := cores[name]
-		pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
+		podVols, err := c.PodVolumes(pod("new", "new-1", "new-2"))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				op(b, c, pv, target)
+				op(b, c, podVols, target)
 			}
 		})
 	}
@@ -135,9 +135,9 @@ func BenchmarkPodVolumes(b *testing.B) {
 	p := pod("new", "new-1", "new-clone")
 	b.ReportAllocs()
 	for b.Loop() {
-		pv, err := c.PodVolumes(p)
-		if err != nil || len(pv.Pending) != 2 || pv.Pending[1].Source == nil {
-			b.Fatalf("PodVolumes = %v, %v", pv, err)
+		podVols, err := c.PodVolumes(p)
+		if err != nil || len(podVols.Pending) != 2 || podVols.Pending[1].Source == nil {
+			b.Fatalf("PodVolumes = %v, %v", podVols, err)
 		}
 	}
 }
@@ -148,7 +148,7 @@ func BenchmarkPodVolumes(b *testing.B) {
 // node).
 func BenchmarkFilterClone(b *testing.B) {
 	c := benchWorld(b).core(b, nil)
-	pv, err := c.PodVolumes(pod("new", "new-1", "new-clone"))
+	podVols, err := c.PodVolumes(pod("new", "new-1", "new-clone"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func BenchmarkFilterClone(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				st := c.Filter(pv, n)
+				st := c.Filter(podVols, n)
 				if (st == nil) != (tc.want == "") || (st != nil && st.Reason != tc.want) {
 					b.Fatalf("Filter = %v, want %q", st, tc.want)
 				}
@@ -185,13 +185,13 @@ func BenchmarkFilterHeartbeat(b *testing.B) {
 	}
 	cores, target := benchCores(b, OptionalSources{Liveness: testLiveness(b, "", leases...)})
 	c := cores["reservations=0"]
-	pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
+	podVols, err := c.PodVolumes(pod("new", "new-1", "new-2"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if st := c.Filter(pv, target); st != nil {
+		if st := c.Filter(podVols, target); st != nil {
 			b.Fatal(st)
 		}
 	}
@@ -231,17 +231,17 @@ func BenchmarkCycle(b *testing.B) {
 			b.Run(fmt.Sprintf("nodes=%d/csinodes=%s", size, mode), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					pv, err := c.PodVolumes(p)
+					podVols, err := c.PodVolumes(p)
 					if err != nil {
 						b.Fatal(err)
 					}
 					for _, n := range nodes {
-						if st := c.Filter(pv, n); st != nil {
+						if st := c.Filter(podVols, n); st != nil {
 							b.Fatal(st)
 						}
 					}
 					for _, n := range nodes {
-						if s := c.Score(pv, n); s <= 0 {
+						if s := c.Score(podVols, n); s <= 0 {
 							b.Fatalf("score %d", s)
 						}
 					}

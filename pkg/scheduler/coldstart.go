@@ -45,12 +45,12 @@ const DefaultCapacityPublishGrace = 30 * time.Second
 // counted when it has a segment of the driver, lies in the class's
 // allowedTopologies and its driver is not known to be silent. Cost: O(1)
 // unless a class is young, then one capacity lookup per distinct segment.
-func (c *Core) CapacityNotPublished(pv *PodVolumes, nodes []*v1.Node) (*Status, time.Duration) {
-	if pv == nil || len(pv.Pending) == 0 || c.l.Capacities == nil || c.cfg.CapacityPublishGrace <= 0 {
+func (c *Core) CapacityNotPublished(podVols *PodVolumes, nodes []*v1.Node) (*Status, time.Duration) {
+	if podVols == nil || len(podVols.Pending) == 0 || c.l.Capacities == nil || c.cfg.CapacityPublishGrace <= 0 {
 		return nil, 0
 	}
 	now := c.now()
-	for _, p := range youngClasses(pv, now, c.cfg.CapacityPublishGrace) {
+	for _, p := range youngClasses(podVols, now, c.cfg.CapacityPublishGrace) {
 		missing, total := c.unpublished(p, nodes)
 		if len(missing) == 0 || (len(missing) == total && !c.tracksCapacity()) {
 			// None missing; or none published for a driver whose
@@ -84,10 +84,10 @@ func (c *Core) tracksCapacity() bool {
 
 // youngClasses returns one pending claim per class of the pod created less
 // than grace before now.
-func youngClasses(pv *PodVolumes, now time.Time, grace time.Duration) []PendingClaim {
+func youngClasses(podVols *PodVolumes, now time.Time, grace time.Duration) []PendingClaim {
 	var out []PendingClaim
 	seen := map[string]bool{}
-	for _, p := range pv.Pending {
+	for _, p := range podVols.Pending {
 		if seen[p.Class.Name] || p.Class.CreationTimestamp.IsZero() || now.Sub(p.Class.CreationTimestamp.Time) >= grace {
 			continue
 		}

@@ -83,11 +83,11 @@ func TestCapacityNotPublished(t *testing.T) {
 				opt.Liveness = testLiveness(t, "", heartbeatLease(driver, tc.silent, now.Add(-time.Minute), 4*time.Second))
 			}
 			c := w.coreFrom(t, Config{Driver: driver, CapacityPublishGrace: tc.grace}, func() time.Time { return now }, opt)
-			pv, err := c.PodVolumes(pod("p", "c1"))
+			podVols, err := c.PodVolumes(pod("p", "c1"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, left := c.CapacityNotPublished(pv, nodes)
+			st, left := c.CapacityNotPublished(podVols, nodes)
 			if tc.wantLeft == 0 {
 				if st != nil {
 					t.Fatalf("got %v, want no wait", st)
@@ -113,11 +113,11 @@ func TestCapacityNotPublishedWithoutCapacity(t *testing.T) {
 	w.add(t, w.claims, claim("c1", "fast", gi))
 	w.add(t, w.csiNodes, csiNode("n1", nil, driver))
 	c := w.coreWith(t, Config{Driver: driver, IgnoreCapacity: true}, func() time.Time { return now })
-	pv, err := c.PodVolumes(pod("p", "c1"))
+	podVols, err := c.PodVolumes(pod("p", "c1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := c.CapacityNotPublished(pv, []*v1.Node{node("n1", "z1")}); st != nil {
+	if st, _ := c.CapacityNotPublished(podVols, []*v1.Node{node("n1", "z1")}); st != nil {
 		t.Fatalf("got %v with capacity ignored", st)
 	}
 }

@@ -211,11 +211,11 @@ func TestFilter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pv, err := c.PodVolumes(tc.pod)
+			podVols, err := c.PodVolumes(tc.pod)
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := c.Filter(pv, tc.node)
+			st := c.Filter(podVols, tc.node)
 			switch {
 			case tc.want == "" && st != nil:
 				t.Errorf("Filter = %v, want fit", st)
@@ -247,11 +247,11 @@ func TestReservationsAndScore(t *testing.T) {
 	// reads of the reservations in flight is fixed for one cycle.
 	cycle := func(p *v1.Pod) *PodVolumes {
 		t.Helper()
-		pv, err := c.PodVolumes(p)
+		podVols, err := c.PodVolumes(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pv
+		return podVols
 	}
 	if st := c.Filter(b, node("n1", "z1")); st != nil {
 		t.Fatalf("b alone: %v", st)

@@ -86,11 +86,11 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pv, err := c.PodVolumes(tc.pod)
+			podVols, err := c.PodVolumes(tc.pod)
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := c.Filter(pv, node(tc.node, "z1"))
+			st := c.Filter(podVols, node(tc.node, "z1"))
 			switch {
 			case tc.wantMsg == "" && st != nil:
 				t.Errorf("Filter = %v, want fit", st)
@@ -102,11 +102,11 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 
 	t.Run("off without a LivenessSource", func(t *testing.T) {
 		c := w.core(t, clock)
-		pv, err := c.PodVolumes(pod("p", "a"))
+		podVols, err := c.PodVolumes(pod("p", "a"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := c.Filter(pv, node("silent", "z1")); st != nil {
+		if st := c.Filter(podVols, node("silent", "z1")); st != nil {
 			t.Errorf("Filter = %v, want fit", st)
 		}
 	})

@@ -237,20 +237,20 @@ func read(cs fwk.CycleState) (*scheduler.PodVolumes, bool) {
 // claim of a class so new that some nodes it may use have not published
 // its capacity yet waits (CapacityNotPublished).
 func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	pv, err := p.core.PodVolumes(pod)
+	podVols, err := p.core.PodVolumes(pod)
 	if errors.Is(err, scheduler.ErrClaimNotFound) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	if pv == nil {
+	if podVols == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if st := p.waitForCapacity(pv, pod, nodes); st != nil {
+	if st := p.waitForCapacity(podVols, pod, nodes); st != nil {
 		return nil, st
 	}
-	cs.Write(stateKey, &state{volumes: pv})
+	cs.Write(stateKey, &state{volumes: podVols})
 	return nil, nil
 }
 
@@ -259,11 +259,11 @@ func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Filter implements fwk.FilterPlugin.
 func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
-	pv, ok := read(cs)
+	podVols, ok := read(cs)
 	if !ok {
 		return nil
 	}
-	st := p.core.Filter(pv, ni.Node())
+	st := p.core.Filter(podVols, ni.Node())
 	if st == nil {
 		return nil
 	}
@@ -287,11 +287,11 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []f
 // the node's segment and attach headroom, weighted by the scoreWeights
 // argument) rescaled to 0..MaxNodeScore.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
-	pv, ok := read(cs)
+	podVols, ok := read(cs)
 	if !ok {
 		return 0, nil
 	}
-	return p.core.Score(pv, ni.Node()) * fwk.MaxNodeScore / scheduler.MaxScore, nil
+	return p.core.Score(podVols, ni.Node()) * fwk.MaxNodeScore / scheduler.MaxScore, nil
 }
 
 // ScoreExtensions implements fwk.ScorePlugin: none.
@@ -300,7 +300,7 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 // Reserve records the pod's pending claims in the ledger for the node's
 // segment, so pods scheduled right after see them.
 func (p *Plugin) Reserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeName string) *fwk.Status {
-	pv, ok := read(cs)
+	podVols, ok := read(cs)
 	if !ok {
 		return nil
 	}
@@ -308,14 +308,14 @@ func (p *Plugin) Reserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeNa
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	p.core.Reserve(pv, ni.Node())
+	p.core.Reserve(podVols, ni.Node())
 	return nil
 }
 
 // Unreserve drops the pod's reservations; idempotent.
 func (p *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) {
-	if pv, ok := read(cs); ok {
-		p.core.Unreserve(pv)
+	if podVols, ok := read(cs); ok {
+		p.core.Unreserve(podVols)
 	}
 }
 
@@ -334,7 +334,7 @@ func (p *Plugin) signatureKey() string {
 // (scheduler.PodVolumes.Signature). A pod whose claim does not exist yet is
 // not signed (PreFilter rejects it anyway).
 func (p *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	pv, err := p.core.PodVolumes(pod)
+	podVols, err := p.core.PodVolumes(pod)
 	if errors.Is(err, scheduler.ErrClaimNotFound) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with a missing claim are not signable")
 	}
@@ -342,8 +342,8 @@ func (p *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *f
 		return nil, fwk.AsStatus(err)
 	}
 	frags := []fwk.SignFragment{{Key: fwk.VolumesSignerName, Value: fwk.VolumesSigner(pod)}}
-	if pv != nil {
-		frags = append(frags, fwk.SignFragment{Key: p.signatureKey(), Value: pv.Signature()})
+	if podVols != nil {
+		frags = append(frags, fwk.SignFragment{Key: p.signatureKey(), Value: podVols.Signature()})
 	}
 	return frags, nil
 }
