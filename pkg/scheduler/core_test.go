@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -376,5 +378,20 @@ func TestObserveClaimUnknownNode(t *testing.T) {
 				t.Errorf("%d reservations, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCoreCompleteAtNew: New's Config and Listers are all a Core reads; no
+// method sets, ignores or tracks anything afterwards, so a Core is never
+// seen half configured by the informer handlers that already call it.
+func TestCoreCompleteAtNew(t *testing.T) {
+	core := reflect.TypeOf(&Core{})
+	for i := range core.NumMethod() {
+		name := core.Method(i).Name
+		for _, prefix := range []string{"Set", "Ignore", "Track"} {
+			if strings.HasPrefix(name, prefix) {
+				t.Errorf("Core.%s configures a Core after New: move it into Config or Listers", name)
+			}
+		}
 	}
 }
