@@ -21,6 +21,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/bindthrough"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -130,7 +131,7 @@ type Controller struct {
 	nodeFactory informers.SharedInformerFactory
 	// claimer takes immediate-binding claims for the node (node deployment
 	// with ImmediateBinding; nil otherwise).
-	claimer     *nodeClaimer
+	claimer     *nodedeploy.Claimer
 	provisioner *Provisioner
 	lib         *controller.ProvisionController
 	index       *topology.Index
@@ -184,12 +185,12 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			return nil, err
 		}
 	}
-	if _, err := inf.claims.AddEventHandler(selectionHandler(deps.Selections)); err != nil {
-		return nil, fmt.Errorf("watching claims: %w", err)
-	}
 	p, err := New(cfg.Provisioner, deps)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := inf.claims.AddEventHandler(selectionHandler(p.selections)); err != nil {
+		return nil, fmt.Errorf("watching claims: %w", err)
 	}
 	libClient := clients.Work
 	var keeper *inFlightRecordKeeper
@@ -289,12 +290,12 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 	trim := TrimForDriver(cfg.Provisioner.DriverName)
 	transform := trim
 	if nd != nil {
-		transform = nd.trimForCache
+		transform = nd.deployment().Transform(TrimForCache)
 	}
 	var inf controllerInformers
 	inf.factory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod, informers.WithTransform(transform))
 	if nd != nil && nd.LabelSelection {
-		nd.registerScopedInformers(inf.factory, cfg.Provisioner.DriverName)
+		nd.deployment().ScopeInformers(inf.factory, cfg.Provisioner.DriverName)
 	}
 	inf.claims = inf.factory.Core().V1().PersistentVolumeClaims().Informer()
 	inf.volumes = inf.factory.Core().V1().PersistentVolumes().Informer()
@@ -302,7 +303,7 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 	// With node deployment, the node's own Node and CSINode only.
 	nodeFactory, nodeTweak := inf.factory, func(*metav1.ListOptions) {}
 	if nd != nil {
-		nodeTweak = nd.nodeFieldSelector
+		nodeTweak = nd.deployment().NodeFieldSelector
 		inf.ownNodeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod,
 			informers.WithTransform(trim), informers.WithTweakListOptions(nodeTweak))
 		nodeFactory = inf.ownNodeFactory
@@ -350,14 +351,13 @@ func capacityConfig(cfg ControllerConfig) capacity.Config {
 func newDeps(cfg ControllerConfig, clients Clients, csiClient ControllerClient, inf controllerInformers, index *topology.Index,
 	sources *sourceWiring) (deps Deps, attachments cache.SharedIndexInformer, err error) {
 	deps = Deps{
-		Sources:    sources.sources,
-		CSI:        csiClient,
-		Secrets:    clients.Work.CoreV1(),
-		CSINodes:   inf.csiNodes.Lister(),
-		Classes:    inf.factory.Storage().V1().StorageClasses().Lister(),
-		Index:      index,
-		Decisions:  NewDecisionLog(),
-		Selections: NewSelectionClock(nil),
+		Sources:   sources.sources,
+		CSI:       csiClient,
+		Secrets:   clients.Work.CoreV1(),
+		CSINodes:  inf.csiNodes.Lister(),
+		Classes:   inf.factory.Storage().V1().StorageClasses().Lister(),
+		Index:     index,
+		Decisions: NewDecisionLog(),
 		// Only node deployment hands claims back for a silent driver.
 		DriverStatus: cfg.DriverStatus,
 	}
@@ -400,20 +400,21 @@ func wireCapacity(cfg ControllerConfig, pub *capacity.Publisher, deps *Deps, ind
 // scopeToNode, with node deployment, limits the library to the node's
 // claims and volumes and returns the claimer of immediate-binding claims
 // (nil without ImmediateBinding, or without node deployment).
-func scopeToNode(cfg ControllerConfig, clients Clients, p *Provisioner, inf controllerInformers, libClaims, libVolumes *replayInformer) (*nodeClaimer, error) {
-	nd := cfg.Provisioner.Node
+func scopeToNode(cfg ControllerConfig, clients Clients, p *Provisioner, inf controllerInformers, libClaims, libVolumes *replayInformer) (*nodedeploy.Claimer, error) {
+	nd := cfg.Provisioner.Node.deployment()
 	if nd == nil {
 		return nil, nil
 	}
-	libClaims.scope, libVolumes.scope = nd.ownsClaim, nd.ownsVolume
+	classes := inf.factory.Storage().V1().StorageClasses().Lister()
+	libClaims.scope, libVolumes.scope = nd.OwnsClaim, nd.OwnsVolume
 	if nd.LabelSelection {
-		libClaims.keep = nd.selectsAfterWrite(cfg.Provisioner.DriverName, inf.factory.Storage().V1().StorageClasses().Lister())
+		libClaims.keep = nd.KeepAfterWrite(cfg.Provisioner.DriverName, classes)
 	}
 	if !nd.ImmediateBinding {
 		return nil, nil
 	}
-	return newNodeClaimer(nd, p, inf.claims, inf.factory.Storage().V1().StorageClasses().Lister(),
-		nodeLister{inf.nodes.GetIndexer()}, clients.Work.CoreV1(), cfg.Capacity != nil)
+	return nodedeploy.NewClaimer(nodedeploy.ClaimerConfig{Node: nd, DriverName: cfg.Provisioner.DriverName, Claims: inf.claims,
+		Classes: classes, Nodes: nodeLister{inf.nodes.GetIndexer()}, Client: clients.Work.CoreV1(), Check: p.nodeMayTake(cfg.Capacity != nil)})
 }
 
 // libraryOptions are the provisioning library's options.
@@ -456,8 +457,9 @@ func (c *Controller) RetryNow(ctx context.Context) {
 // Provisioner returns the Provisioner the controller runs.
 func (c *Controller) Provisioner() *Provisioner { return c.provisioner }
 
-// Run starts the informers, waits for their caches and runs the library's
-// controller (behind leader election when configured) until ctx is done,
+// Run starts the informers, waits for their caches and runs the leader's
+// work (leaderWork: the library's controller and the parts beside it,
+// behind leader election when configured) until ctx is done,
 // and then, while leading, up to DrainTimeout more to let the CreateVolume
 // calls in flight finish (drain). Informers run on standby replicas too, so
 // a new leader starts warm.
@@ -501,16 +503,6 @@ func (c *Controller) run(ctx context.Context) error {
 	}
 	defer c.sources.broadcast.Shutdown()
 	c.sources.start(ctx)
-	work := func(ctx context.Context) {
-		go c.sources.protection.Run(ctx)
-		if c.claimer != nil {
-			go c.claimer.run(ctx)
-		}
-		if c.binder != nil {
-			go c.binder.Run(ctx)
-		}
-		c.lib.Run(ctx)
-	}
 	if c.capacity != nil {
 		c.capacityFactory.Start(ctx.Done())
 		defer c.capacityFactory.Shutdown()
@@ -519,23 +511,11 @@ func (c *Controller) run(ctx context.Context) error {
 				return fmt.Errorf("informer cache for %v did not sync", typ)
 			}
 		}
-		run := work
-		work = func(ctx context.Context) {
-			go c.capacity.Run(ctx)
-			run(ctx)
-		}
 	}
-	inner := work
-	work = func(ctx context.Context) {
+	work := func(ctx context.Context) {
 		c.leading.Store(true)
 		defer c.leading.Store(false)
-		if c.recordKeeper != nil {
-			// Records of claims deleted while no replica led are
-			// cleared before any new provisioning.
-			c.recordKeeper.reconcile(ctx)
-			go c.recordKeeper.run(ctx)
-		}
-		inner(ctx)
+		runRunners(ctx, c.leaderWork())
 	}
 	if !c.cfg.LeaderElection {
 		work(ctx)

@@ -132,17 +132,17 @@ func (p *Provisioner) resolveSourceObject(ctx context.Context, claim *v1.Persist
 		if !p.cfg.SupportsSnapshot {
 			return nil, refused("CSI driver %q cannot restore snapshots (it lacks the CREATE_DELETE_SNAPSHOT controller capability)", p.cfg.DriverName)
 		}
-		if p.deps.Snapshots == nil {
+		if p.deps.Sources.Snapshots == nil {
 			return nil, refused("snapshot restores are not wired in this csi-provisioner (no VolumeSnapshot client)")
 		}
-		if api := p.deps.SnapshotAPI; api != nil && !api.WaitReady(ctx, snapshotAPIWait) {
+		if api := p.deps.Sources.SnapshotAPI; api != nil && !api.WaitReady(ctx, snapshotAPIWait) {
 			return nil, refused("the VolumeSnapshot API (%s/v1) is not served yet, or csi-provisioner may not list and watch volumesnapshots or list volumesnapshotcontents (%s); retried, and picked up without a restart once it is",
 				snapshotGroup, api.State())
 		}
 		return p.snapshotSource(ctx, claim, ref.Name)
 	}
-	if p.deps.Events != nil {
-		p.deps.Events.Eventf(claim, v1.EventTypeNormal, reasonPopulator,
+	if p.deps.Sources.Events != nil {
+		p.deps.Sources.Events.Eventf(claim, v1.EventTypeNormal, reasonPopulator,
 			"Assuming an external populator will provision the volume from data source %s %q (API group %q)", ref.Kind, ref.Name, ref.Group)
 	}
 	return nil, &controller.IgnoredError{Reason: fmt.Sprintf("data source %s.%s %q is not handled by the provisioner, assuming an external populator will provision it",
@@ -152,10 +152,10 @@ func (p *Provisioner) resolveSourceObject(ctx context.Context, claim *v1.Persist
 // cloneSource checks a clone's source claim and its volume.
 func (p *Provisioner) cloneSource(claim *v1.PersistentVolumeClaim, name string) (*dataSource, error) {
 	src := &dataSource{kind: kindClaim, namespace: claim.Namespace, name: name}
-	if p.deps.Claims == nil || p.deps.Volumes == nil {
+	if p.deps.Sources.Claims == nil || p.deps.Sources.Volumes == nil {
 		return nil, refused("cloning is not wired in this csi-provisioner (no claim and volume listers)")
 	}
-	source, err := p.deps.Claims.PersistentVolumeClaims(claim.Namespace).Get(name)
+	source, err := p.deps.Sources.Claims.PersistentVolumeClaims(claim.Namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil, refused("the source claim %s does not exist", src)
 	}
@@ -173,7 +173,7 @@ func (p *Provisioner) cloneSource(claim *v1.PersistentVolumeClaim, name string) 
 		return nil, refused("the claim requests %s, less than the %s of its source claim %s; a clone must be at least as large as its source",
 			want.String(), have.String(), src)
 	}
-	pv, err := p.deps.Volumes.Get(source.Spec.VolumeName)
+	pv, err := p.deps.Sources.Volumes.Get(source.Spec.VolumeName)
 	if apierrors.IsNotFound(err) {
 		return nil, refused("the volume %q of the source claim %s does not exist", source.Spec.VolumeName, src)
 	}
@@ -206,7 +206,7 @@ func (p *Provisioner) cloneSource(claim *v1.PersistentVolumeClaim, name string) 
 // snapshotSource checks a restore's VolumeSnapshot and its content.
 func (p *Provisioner) snapshotSource(ctx context.Context, claim *v1.PersistentVolumeClaim, name string) (*dataSource, error) {
 	src := &dataSource{kind: kindSnapshot, namespace: claim.Namespace, name: name}
-	snap, err := p.deps.Snapshots.VolumeSnapshots(claim.Namespace).Get(name)
+	snap, err := p.deps.Sources.Snapshots.VolumeSnapshots(claim.Namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil, refused("the %s does not exist", src)
 	}
@@ -253,10 +253,10 @@ func (p *Provisioner) snapshotSource(ctx context.Context, claim *v1.PersistentVo
 
 // snapshotContent reads a VolumeSnapshotContent (see Sources.ContentReader).
 func (p *Provisioner) snapshotContent(ctx context.Context, name string) (*snapv1.VolumeSnapshotContent, error) {
-	if r := p.deps.ContentReader; r != nil {
+	if r := p.deps.Sources.ContentReader; r != nil {
 		return r(ctx, name)
 	}
-	return p.deps.SnapshotContents.Get(name)
+	return p.deps.Sources.SnapshotContents.Get(name)
 }
 
 // checkModeConversion refuses a restore into another volume mode than the
@@ -284,14 +284,14 @@ func (p *Provisioner) checkModeConversion(claim *v1.PersistentVolumeClaim, conte
 // client modules served up to v8.7.0; see topology.CopyReach.
 func (p *Provisioner) snapshotAffinity(snap *snapv1.VolumeSnapshot, content *snapv1.VolumeSnapshotContent) *v1.VolumeNodeAffinity {
 	claimName := snap.Spec.Source.PersistentVolumeClaimName
-	if claimName == nil || p.deps.Claims == nil || p.deps.Volumes == nil {
+	if claimName == nil || p.deps.Sources.Claims == nil || p.deps.Sources.Volumes == nil {
 		return nil
 	}
-	source, err := p.deps.Claims.PersistentVolumeClaims(snap.Namespace).Get(*claimName)
+	source, err := p.deps.Sources.Claims.PersistentVolumeClaims(snap.Namespace).Get(*claimName)
 	if err != nil || source.Spec.VolumeName == "" {
 		return nil
 	}
-	pv, err := p.deps.Volumes.Get(source.Spec.VolumeName)
+	pv, err := p.deps.Sources.Volumes.Get(source.Spec.VolumeName)
 	if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != p.cfg.DriverName {
 		return nil
 	}
@@ -387,8 +387,8 @@ type Sources struct {
 
 // protectSource puts the source's finalizer on it before CreateVolume.
 func (p *Provisioner) protectSource(ctx context.Context, src *dataSource) error {
-	if src == nil || p.deps.Protection == nil {
+	if src == nil || p.deps.Sources.Protection == nil {
 		return nil
 	}
-	return p.deps.Protection.Protect(ctx, src.key())
+	return p.deps.Sources.Protection.Protect(ctx, src.key())
 }

@@ -15,6 +15,13 @@ import (
 // handles them.
 const annMigratedTo = "pv.kubernetes.io/migrated-to"
 
+// Annotations kube-controller-manager's PV controller puts on a claim it
+// leaves to an external provisioner (the beta one for older clusters).
+const (
+	annStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
+	annBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+)
+
 // InTreePluginName returns the in-tree volume plugin whose volumes driver
 // takes over under CSI migration (e.g. kubernetes.io/aws-ebs for
 // ebs.csi.aws.com), as k8s.io/csi-translation-lib knows them; "" when

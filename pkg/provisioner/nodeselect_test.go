@@ -13,7 +13,6 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
@@ -93,42 +92,6 @@ func names(s cache.Store) []string {
 	return out
 }
 
-// TestHandBackLabel: a claim handed back goes to the driver's pool when
-// its class binds immediately, and leaves every node's selection when it
-// waits for its first consumer.
-func TestHandBackLabel(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		class *storagev1.StorageClass
-		want  string
-	}{
-		{name: "immediate", class: &storagev1.StorageClass{VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate)}, want: nodelabel.PoolValue("d")},
-		{name: "binding mode unset is immediate", class: &storagev1.StorageClass{}, want: nodelabel.PoolValue("d")},
-		{name: "wait for first consumer", class: &storagev1.StorageClass{VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}},
-		{name: "no class"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := handBackLabel("d", tc.class); got != tc.want {
-				t.Errorf("handBackLabel = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-// TestNodeVolumeLabelled: an instance labels the PV it builds with its
-// node; a central provisioner does not label.
-func TestNodeVolumeLabelled(t *testing.T) {
-	var pv v1.PersistentVolume
-	(*NodeDeployment)(nil).labelVolume(&pv)
-	if pv.Labels != nil {
-		t.Errorf("central provisioner labelled its PV: %v", pv.Labels)
-	}
-	(&NodeDeployment{NodeName: "n1"}).labelVolume(&pv)
-	if pv.Labels[nodelabel.Key] != "n1" {
-		t.Errorf("labels %v, want %s=n1", pv.Labels, nodelabel.Key)
-	}
-}
-
 // After a hand-back, the library writes its copy of the claim into the
 // store. With selection by label, a claim that left the node's selection
 // must not come back through that write: the watch's delete may already
@@ -157,7 +120,7 @@ func TestLibraryWriteAfterHandBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nd := &NodeDeployment{NodeName: "node-1", ImmediateBinding: tc.immediate, LabelSelection: true}
 			inf := newReplayInformer(cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.PersistentVolumeClaim{}, 0, cache.Indexers{}), pendingClaim)
-			inf.keep = nd.selectsAfterWrite(testDriver, lister)
+			inf.keep = nd.deployment().KeepAfterWrite(testDriver, lister)
 			// The watch's delete came first: the store is empty when the
 			// library writes its copy.
 			if err := inf.GetStore().Update(tc.claim); err != nil {

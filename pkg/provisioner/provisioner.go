@@ -53,34 +53,36 @@ type CapacityRefresher interface {
 	Refresh(ctx context.Context, topologies []*csi.Topology, class string) (map[string]string, error)
 }
 
-// Deps are the collaborators of a Provisioner. All are required.
+// Deps are the collaborators of a Provisioner. CSI, Secrets, CSINodes and
+// Index are required (New refuses to start without them); every other one
+// may be nil, which switches off what its comment names.
 type Deps struct {
-	// CSI is the driver's controller service.
+	// CSI is the driver's controller service. Required.
 	CSI ControllerClient
 	// Secrets reads the Secrets a class references, with a GET each time:
 	// Secrets are not cached (package doc lists every GET).
+	// Required.
 	Secrets corev1client.SecretsGetter
-	// CSINodes lists CSINode objects from an informer.
+	// CSINodes lists CSINode objects from an informer. Required.
 	CSINodes storagelisters.CSINodeLister
 	// Index holds the driver's known topology segments, fed by informers.
+	// Required.
 	Index *topology.Index
 	// Decisions receives the topology decision of each successful provision,
-	// to be reported in the claim's ProvisioningSucceeded Event. May be nil.
+	// to be reported in the claim's ProvisioningSucceeded Event. nil: no
+	// decision in the Event.
 	Decisions *DecisionLog
 	// Capacity is told which segments a provision (Refresh, synchronous) or
-	// a delete (Touch, asynchronous) touched. May be nil.
+	// a delete (Touch, asynchronous) touched. nil: no capacity publishing.
 	Capacity CapacityRefresher
-	// Metrics records operations and reschedules. May be nil.
+	// Metrics records operations and reschedules. nil: no metrics.
 	Metrics *Metrics
-	// Selections times claims from selected-node to PV. May be nil.
-	Selections *SelectionClock
-	// Clock tells the time of full-segment marks. May be nil (the real
-	// clock).
+	// Clock tells the time of full-segment marks. nil: the real clock.
 	Clock clock.PassiveClock
 	// Sources are the listers and the protection of data sources (clones,
 	// snapshots) and the VolumeAttributesClass lister. Each may be nil:
 	// claims needing it are refused with an Event. See datasource.go.
-	Sources
+	Sources Sources
 	// ClaimPatcher patches claims to hold the durable in-flight record
 	// (InFlightRecordFinalizer) before each CreateVolume. nil switches the record
 	// off, which is unsafe: a volume created before a crash or a race can
@@ -88,7 +90,7 @@ type Deps struct {
 	ClaimPatcher corev1client.PersistentVolumeClaimsGetter
 	// Classes reads StorageClasses: at delete, the provisioner secret of a
 	// PV without deletion-secret annotations comes from its class, as
-	// upstream. May be nil: such PVs are deleted without secrets.
+	// upstream. nil: such PVs are deleted without secrets.
 	Classes storagelisters.StorageClassLister
 	// Attachments tells which VolumeAttachments name a PV: Delete refuses
 	// while one does. nil: no check (a driver without
@@ -100,12 +102,13 @@ type Deps struct {
 	Retries *SlowRetries
 	// ClaimVolumes finds the PVs of a claim by the UID in their claimRef,
 	// and PVs by name, from the PV informer: Provision makes no volume for
-	// a claim that has a PV, whatever its name (pvname.go). May be nil: no
+	// a claim that has a PV, whatever its name (pvname.go). nil: no
 	// check.
 	ClaimVolumes *ClaimVolumeIndex
-	// DriverStatus, when set, tells whether the driver answers
-	// (driverconn.Monitor.Status). With node deployment a claim selected for the
-	// node goes back to the scheduler while it does not. May be nil.
+	// DriverStatus tells whether the driver answers
+	// (driverconn.Monitor.Status). Read with node deployment only: a claim
+	// selected for the node goes back to the scheduler while it does not.
+	// nil: the driver is taken to answer.
 	DriverStatus func() (connected bool, reason string)
 }
 
@@ -129,6 +132,9 @@ type Provisioner struct {
 	full *fullSegments
 	// records is the durable in-flight record; nil when it is off.
 	records *inFlightRecords
+	// selections times claims from selected-node to PV, fed by the
+	// Controller's claim informer (SelectionClock).
+	selections *SelectionClock
 	// migration serves the in-tree plugin the driver replaces; nil when
 	// it replaces none.
 	migration *migration
@@ -155,7 +161,7 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 	}
 	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
 		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlightRecords(deps.ClaimPatcher, cfg.Node),
-		migration: newMigration(cfg.DriverName)}, nil
+		migration: newMigration(cfg.DriverName), selections: NewSelectionClock(nil)}, nil
 }
 
 // SupportsBlock reports that raw block claims are passed to the driver, which
@@ -193,9 +199,9 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 		return pv, state, err
 	}
 	p.deps.Metrics.observeOperation("provision", opts.StorageClass.Name, provisionResult(state, err), time.Since(start))
-	if err == nil && pv != nil && p.deps.Selections != nil {
+	if err == nil && pv != nil && p.selections != nil {
 		node := opts.PVC.Annotations[annSelectedNode]
-		if d, ok := p.deps.Selections.Since(opts.PVC.UID, node); ok && node != "" {
+		if d, ok := p.selections.Since(opts.PVC.UID, node); ok && node != "" {
 			p.deps.Metrics.observeSelectedToPV(opts.StorageClass.Name, d)
 		}
 	}

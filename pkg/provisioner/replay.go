@@ -147,3 +147,15 @@ func volumeToDelete(obj any) bool {
 	pv, ok := obj.(*v1.PersistentVolume)
 	return ok && (pv.Status.Phase == v1.VolumeReleased || pv.Status.Phase == v1.VolumeFailed || pv.DeletionTimestamp != nil)
 }
+
+// scoped wraps the handlers given to the library so that it sees only the
+// objects in scope: an update that moves an object out of scope reaches it
+// as a deletion, one that moves it in as an addition.
+func scoped(h cache.ResourceEventHandler, inScope func(any) bool) cache.ResourceEventHandler {
+	return cache.FilteringResourceEventHandler{FilterFunc: func(obj any) bool {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		return inScope(obj)
+	}, Handler: h}
+}

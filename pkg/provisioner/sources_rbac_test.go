@@ -163,8 +163,8 @@ func TestAttributesClassWithoutList(t *testing.T) {
 					return true, nil, apierrors.NewForbidden(storagev1.Resource("volumeattributesclasses"), "gold", errors.New("cannot get"))
 				})
 			}
-			e.p.deps.AttributesClassAPI = forbiddenAPI(t, e.ctx)
-			e.p.deps.AttributesClassGetter = func(ctx context.Context, name string) (*storagev1.VolumeAttributesClass, error) {
+			e.p.deps.Sources.AttributesClassAPI = forbiddenAPI(t, e.ctx)
+			e.p.deps.Sources.AttributesClassGetter = func(ctx context.Context, name string) (*storagev1.VolumeAttributesClass, error) {
 				return e.client.StorageV1().VolumeAttributesClasses().Get(ctx, name, metav1.GetOptions{})
 			}
 			_, _, err := e.provision(t, makePVC("data", "zonal").withAttributesClass(tc.vac).PersistentVolumeClaim, class, nil)

@@ -36,7 +36,7 @@ func (p *Provisioner) mutableParameters(ctx context.Context, claim *v1.Persisten
 	if name == "" {
 		return nil, nil
 	}
-	if p.deps.AttributesClasses == nil {
+	if p.deps.Sources.AttributesClasses == nil {
 		return nil, fmt.Errorf("%w: the claim names VolumeAttributesClass %q, but VolumeAttributesClasses are switched off in this csi-provisioner (--feature-gates=VolumeAttributesClass=false)",
 			ErrAttributesClassRefused, name)
 	}
@@ -62,16 +62,16 @@ func (p *Provisioner) mutableParameters(ctx context.Context, claim *v1.Persisten
 // and watched (upstream's way: its rbac.yaml grants nothing on them, and
 // its users add get); else the claim waits for the API.
 func (p *Provisioner) attributesClass(ctx context.Context, name string) (*storagev1.VolumeAttributesClass, error) {
-	api := p.deps.AttributesClassAPI
+	api := p.deps.Sources.AttributesClassAPI
 	switch {
 	case api == nil || api.Ready():
-		vac, err := p.deps.AttributesClasses.Get(name)
+		vac, err := p.deps.Sources.AttributesClasses.Get(name)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("reading VolumeAttributesClass %q: %w", name, err)
 		}
 		return vac, err
-	case api.State() == optionalapi.Forbidden && p.deps.AttributesClassGetter != nil:
-		vac, err := p.deps.AttributesClassGetter(ctx, name)
+	case api.State() == optionalapi.Forbidden && p.deps.Sources.AttributesClassGetter != nil:
+		vac, err := p.deps.Sources.AttributesClassGetter(ctx, name)
 		if apierrors.IsForbidden(err) {
 			return nil, fmt.Errorf("%w: csi-provisioner may not read VolumeAttributesClass %q (RBAC): grant get on volumeattributesclasses (list and watch to cache them): %w",
 				ErrAttributesClassRefused, name, err)

@@ -1,13 +1,13 @@
-package provisioner
+package nodedeploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,44 +19,60 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
-// nodeClaimer is how a node deployment's instance takes immediate-binding
+// Claimer is how a node deployment's instance takes immediate-binding
 // claims (upstream's --node-deployment-immediate-binding). Every instance
 // sees every such claim; each waits a random time, then, if the claim is
-// still unselected, its node satisfies the class (allowedTopologies, the
-// data source's reach) and, with a driver that reports capacity, its
-// segment has room for the claim, writes volume.kubernetes.io/selected-node
-// with its own node by an Update conditioned on the claim's
-// resourceVersion. The API lets one instance win: the others get a
-// conflict, or see the annotation, and stop. The winner then provisions
-// the claim like a delayed-binding claim selected for its node, and the
-// record's PATCH before CreateVolume checks the selection with the API
-// again, so a claim is never provisioned twice.
+// still unselected, its node is known and the provisioner finds that the
+// node may take it (ClaimerConfig.Check: the class's allowedTopologies, the
+// data source's reach, room in the node's segment), writes
+// volume.kubernetes.io/selected-node with its own node by an Update
+// conditioned on the claim's resourceVersion. The API lets one instance
+// win: the others get a conflict, or see the annotation, and stop. The
+// winner then provisions the claim like a delayed-binding claim selected
+// for its node, and the record's PATCH before CreateVolume checks the
+// selection with the API again, so a claim is never provisioned twice.
 //
 // Waits: random in [0, BaseDelay] for a claim first seen, then doubling
 // (with jitter) after each lost race or full segment, up to MaxDelay: a
 // thousand instances do not all write at once, and a claim nobody can take
 // is looked at again at most every MaxDelay. Safe for concurrent use.
-type nodeClaimer struct {
-	node    *NodeDeployment
-	p       *Provisioner
-	claims  corelisters.PersistentVolumeClaimLister
-	classes storagelisters.StorageClassLister
-	nodes   corelisters.NodeLister
-	client  corev1client.PersistentVolumeClaimsGetter
-	// capacity: ask the driver for room before taking a claim.
-	capacity bool
-	queue    workqueue.TypedDelayingInterface[cache.ObjectName]
+type Claimer struct {
+	cfg    ClaimerConfig
+	claims corelisters.PersistentVolumeClaimLister
+	queue  workqueue.TypedDelayingInterface[cache.ObjectName]
 
 	mu sync.Mutex
 	// tries counts the failed attempts per claim; a claim is forgotten
 	// once selected or gone.
 	tries map[types.UID]int
+}
+
+// ClaimerConfig is what a Claimer reads and writes. All fields are
+// required.
+type ClaimerConfig struct {
+	// Node is the instance's node deployment, with defaults
+	// (Config.WithDefaults).
+	Node *Config
+	// DriverName is the driver whose claims are taken.
+	DriverName string
+	// Claims is the informer of claims; the Claimer adds its handler.
+	Claims cache.SharedIndexInformer
+	// Classes and Nodes read classes and the instance's own Node.
+	Classes storagelisters.StorageClassLister
+	Nodes   corelisters.NodeLister
+	// Client writes the claims taken.
+	Client corev1client.PersistentVolumeClaimsGetter
+	// Check says why node may not take the claim of class now, or "": the
+	// provisioner's answer (its driver answers, the node satisfies the
+	// class and reaches the data source, its segment has room). It may be
+	// called from several goroutines at once.
+	Check func(ctx context.Context, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass, node *v1.Node) string
 }
 
 // Annotations kube-controller-manager's PV controller puts on a claim it
@@ -70,14 +86,16 @@ const (
 // at most one GetCapacity and one Update.
 const claimerWorkers = 4
 
-func newNodeClaimer(node *NodeDeployment, p *Provisioner, claims cache.SharedIndexInformer, classes storagelisters.StorageClassLister,
-	nodes corelisters.NodeLister, client corev1client.PersistentVolumeClaimsGetter, capacity bool) (*nodeClaimer, error) {
-	c := &nodeClaimer{
-		node: node, p: p, claims: corelisters.NewPersistentVolumeClaimLister(claims.GetIndexer()), classes: classes, nodes: nodes,
-		client: client, capacity: capacity, tries: map[types.UID]int{},
+// NewClaimer returns a Claimer watching cfg.Claims; run it with Run.
+func NewClaimer(cfg ClaimerConfig) (*Claimer, error) {
+	if cfg.Node == nil || cfg.Claims == nil || cfg.Classes == nil || cfg.Nodes == nil || cfg.Client == nil || cfg.Check == nil {
+		return nil, errors.New("nodedeploy: a Claimer needs Node, Claims, Classes, Nodes, Client and Check")
+	}
+	c := &Claimer{
+		cfg: cfg, claims: corelisters.NewPersistentVolumeClaimLister(cfg.Claims.GetIndexer()), tries: map[types.UID]int{},
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[cache.ObjectName]{Name: "nodeclaimer"}),
 	}
-	if _, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := cfg.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.observe,
 		UpdateFunc: func(_, obj any) { c.observe(obj) },
 		DeleteFunc: func(obj any) {
@@ -96,7 +114,7 @@ func newNodeClaimer(node *NodeDeployment, p *Provisioner, claims cache.SharedInd
 
 // observe queues an immediate-binding claim of the driver that no node has
 // taken, after its wait.
-func (c *nodeClaimer) observe(obj any) {
+func (c *Claimer) observe(obj any) {
 	claim, ok := obj.(*v1.PersistentVolumeClaim)
 	if !ok {
 		return
@@ -114,16 +132,17 @@ func (c *nodeClaimer) observe(obj any) {
 // controller's annotation keeps an instance from writing the claim while
 // the PV controller does (its update would conflict and be retried), and
 // the provisioning library needs the annotation anyway.
-func (c *nodeClaimer) candidate(claim *v1.PersistentVolumeClaim) *storagev1.StorageClass {
-	if claim.Spec.VolumeName != "" || claim.DeletionTimestamp != nil || claim.Annotations[annSelectedNode] != "" ||
+func (c *Claimer) candidate(claim *v1.PersistentVolumeClaim) *storagev1.StorageClass {
+	if claim.Spec.VolumeName != "" || claim.DeletionTimestamp != nil || claim.Annotations[volume.AnnSelectedNode] != "" ||
 		claim.Spec.StorageClassName == nil {
 		return nil
 	}
-	if claim.Annotations[annStorageProvisioner] != c.p.cfg.DriverName && claim.Annotations[annBetaStorageProvisioner] != c.p.cfg.DriverName {
+	driver := c.cfg.DriverName
+	if claim.Annotations[annStorageProvisioner] != driver && claim.Annotations[annBetaStorageProvisioner] != driver {
 		return nil
 	}
-	class, err := c.classes.Get(*claim.Spec.StorageClassName)
-	if err != nil || class.Provisioner != c.p.cfg.DriverName ||
+	class, err := c.cfg.Classes.Get(*claim.Spec.StorageClassName)
+	if err != nil || class.Provisioner != driver ||
 		(class.VolumeBindingMode != nil && *class.VolumeBindingMode != storagev1.VolumeBindingImmediate) {
 		return nil
 	}
@@ -131,37 +150,37 @@ func (c *nodeClaimer) candidate(claim *v1.PersistentVolumeClaim) *storagev1.Stor
 }
 
 // wait is the delay before the next attempt on a claim.
-func (c *nodeClaimer) wait(uid types.UID) time.Duration {
+func (c *Claimer) wait(uid types.UID) time.Duration {
 	c.mu.Lock()
 	n := c.tries[uid]
 	c.mu.Unlock()
 	if n == 0 {
-		return time.Duration(rand.Int64N(int64(c.node.BaseDelay) + 1))
+		return time.Duration(rand.Int64N(int64(c.cfg.Node.BaseDelay) + 1))
 	}
-	d := c.node.BaseDelay << min(n, 30)
-	if d <= 0 || d > c.node.MaxDelay {
-		d = c.node.MaxDelay
+	d := c.cfg.Node.BaseDelay << min(n, 30)
+	if d <= 0 || d > c.cfg.Node.MaxDelay {
+		d = c.cfg.Node.MaxDelay
 	}
 	// Jitter in [d/2, d): instances that lost together do not retry together.
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-func (c *nodeClaimer) failed(key cache.ObjectName, uid types.UID) {
+func (c *Claimer) failed(key cache.ObjectName, uid types.UID) {
 	c.mu.Lock()
 	c.tries[uid]++
 	c.mu.Unlock()
 	c.queue.AddAfter(key, c.wait(uid))
 }
 
-func (c *nodeClaimer) forget(uid types.UID) {
+func (c *Claimer) forget(uid types.UID) {
 	c.mu.Lock()
 	delete(c.tries, uid)
 	c.mu.Unlock()
 }
 
-// run takes claims until ctx ends; call it once, on the instance that
+// Run takes claims until ctx ends; call it once, on the instance that
 // provisions.
-func (c *nodeClaimer) run(ctx context.Context) {
+func (c *Claimer) Run(ctx context.Context) {
 	go func() {
 		<-ctx.Done()
 		c.queue.ShutDown()
@@ -180,7 +199,7 @@ func (c *nodeClaimer) run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (c *nodeClaimer) listCandidates() []*v1.PersistentVolumeClaim {
+func (c *Claimer) listCandidates() []*v1.PersistentVolumeClaim {
 	all, err := c.claims.List(labels.Everything())
 	if err != nil {
 		return nil
@@ -194,7 +213,7 @@ func (c *nodeClaimer) listCandidates() []*v1.PersistentVolumeClaim {
 	return out
 }
 
-func (c *nodeClaimer) next(ctx context.Context) bool {
+func (c *Claimer) next(ctx context.Context) bool {
 	key, shutdown := c.queue.Get()
 	if shutdown {
 		return false
@@ -204,8 +223,9 @@ func (c *nodeClaimer) next(ctx context.Context) bool {
 	return true
 }
 
-// attempt tries once to take a claim for this node.
-func (c *nodeClaimer) attempt(ctx context.Context, key cache.ObjectName) {
+// attempt tries once to take a claim for this node; Run's workers call it
+// for each claim whose wait is over.
+func (c *Claimer) attempt(ctx context.Context, key cache.ObjectName) {
 	claim, err := c.claims.PersistentVolumeClaims(key.Namespace).Get(key.Name)
 	if err != nil {
 		return // gone
@@ -215,7 +235,8 @@ func (c *nodeClaimer) attempt(ctx context.Context, key cache.ObjectName) {
 		c.forget(claim.UID)
 		return
 	}
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim), "node", c.node.NodeName)
+	nodeName := c.cfg.Node.NodeName
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim), "node", nodeName)
 	ctx = klog.NewContext(ctx, logger)
 	if why := c.ineligible(ctx, claim, class); why != "" {
 		// Looked at again when the claim changes, at the informers'
@@ -228,11 +249,14 @@ func (c *nodeClaimer) attempt(ctx context.Context, key cache.ObjectName) {
 	if taken.Annotations == nil {
 		taken.Annotations = map[string]string{}
 	}
-	taken.Annotations[annSelectedNode] = c.node.NodeName
+	taken.Annotations[volume.AnnSelectedNode] = nodeName
 	// The node's label in the same write: the claim leaves the pool's
 	// selection and enters this node's (selection by label).
-	setLabel(&taken.ObjectMeta, nodelabel.Key, c.node.nodeValue())
-	_, err = c.client.PersistentVolumeClaims(claim.Namespace).Update(ctx, taken, metav1.UpdateOptions{})
+	if taken.Labels == nil {
+		taken.Labels = map[string]string{}
+	}
+	taken.Labels[nodelabel.Key] = c.cfg.Node.NodeValue()
+	_, err = c.cfg.Client.PersistentVolumeClaims(claim.Namespace).Update(ctx, taken, metav1.UpdateOptions{})
 	switch {
 	case err == nil:
 		logger.V(2).Info("Took immediate-binding claim for this node")
@@ -251,53 +275,11 @@ func (c *nodeClaimer) attempt(ctx context.Context, key cache.ObjectName) {
 }
 
 // ineligible says why this node cannot take the claim now, or "": the node
-// must be known, satisfy the class's allowedTopologies and reach the
-// claim's data source, and (capacity) its segment must have room.
-func (c *nodeClaimer) ineligible(ctx context.Context, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass) string {
-	node, err := c.nodes.Get(c.node.NodeName)
+// must be known, and the provisioner must agree (ClaimerConfig.Check).
+func (c *Claimer) ineligible(ctx context.Context, claim *v1.PersistentVolumeClaim, class *storagev1.StorageClass) string {
+	node, err := c.cfg.Nodes.Get(c.cfg.Node.NodeName)
 	if err != nil {
-		return fmt.Sprintf("node %q not in the informer yet: %v", c.node.NodeName, err)
+		return fmt.Sprintf("node %q not in the informer yet: %v", c.cfg.Node.NodeName, err)
 	}
-	if err := c.p.driverLive(); err != nil {
-		return err.Error()
-	}
-	opts := controller.ProvisionOptions{StorageClass: class, PVC: claim, SelectedNode: node}
-	req, err := c.p.buildCreateRequest(ctx, opts)
-	if err != nil {
-		// Taken anyway: the provision fails the same way, and its Event
-		// tells the user (no instance would otherwise).
-		return ""
-	}
-	if c.p.cfg.SupportsTopology {
-		source, err := c.p.resolveSource(ctx, claim, class)
-		if err != nil {
-			return ""
-		}
-		if _, err := c.p.requirements(opts, c.node.NodeName, source); err != nil {
-			return err.Error()
-		}
-	}
-	if !c.capacity {
-		return ""
-	}
-	q := claimSize(claim)
-	size := q.Value()
-	if size <= 0 {
-		return ""
-	}
-	callCtx, cancel := context.WithTimeout(ctx, c.p.cfg.Timeout)
-	defer cancel()
-	resp, err := c.p.deps.CSI.GetCapacity(callCtx, &csi.GetCapacityRequest{
-		VolumeCapabilities: req.csi.GetVolumeCapabilities(), Parameters: req.csi.GetParameters(),
-		AccessibleTopology: &csi.Topology{Segments: c.node.Topology},
-	})
-	if err != nil {
-		// As upstream: a failed check does not stop the attempt.
-		klog.FromContext(ctx).V(3).Info("Capacity check failed, taking the claim anyway", "err", err)
-		return ""
-	}
-	if resp.GetAvailableCapacity() < size {
-		return fmt.Sprintf("%d bytes free on this node, the claim asks for %d", resp.GetAvailableCapacity(), size)
-	}
-	return ""
+	return c.cfg.Check(ctx, claim, class, node)
 }

@@ -1,6 +1,7 @@
-package provisioner
+package nodedeploy
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -8,6 +9,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -32,8 +35,8 @@ func benchNodeName(i int) string { return fmt.Sprintf("node-%05d", i%benchNodes)
 
 // nodeDeploymentFixture is the cluster seen by the instance of node 0.
 type nodeDeploymentFixture struct {
-	nd      *NodeDeployment
-	claimer *nodeClaimer
+	nd      *Config
+	claimer *Claimer
 	claims  cache.Indexer
 	// bound: bound claims of every node (as cached: managedFields
 	// dropped), pvs: their PVs.
@@ -43,17 +46,24 @@ type nodeDeploymentFixture struct {
 
 func newNodeDeploymentFixture(b *testing.B) *nodeDeploymentFixture {
 	b.Helper()
-	nd := (&NodeDeployment{NodeName: benchNodeName(0), Topology: map[string]string{benchHostnameKey: benchNodeName(0)},
-		ImmediateBinding: true}).withDefaults()
+	nd := (&Config{NodeName: benchNodeName(0), Topology: map[string]string{benchHostnameKey: benchNodeName(0)},
+		ImmediateBinding: true}).WithDefaults()
 	classes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	for _, c := range []*storagev1.StorageClass{makeClass(benchDelayedClass).StorageClass, makeClass(benchImmediate).immediate().StorageClass} {
+	for _, c := range []*storagev1.StorageClass{makeClass(benchDelayedClass, false), makeClass(benchImmediate, true)} {
 		if err := classes.Add(c); err != nil {
 			b.Fatal(err)
 		}
 	}
 	f := &nodeDeploymentFixture{nd: nd, claims: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
-	f.claimer = &nodeClaimer{node: nd, p: &Provisioner{cfg: Config{DriverName: testDriver, Node: nd}},
-		classes: storagelisters.NewStorageClassLister(classes), tries: map[types.UID]int{}}
+	client := fake.NewClientset()
+	claimer, err := NewClaimer(ClaimerConfig{Node: nd, DriverName: testDriver,
+		Claims:  informers.NewSharedInformerFactory(client, 0).Core().V1().PersistentVolumeClaims().Informer(),
+		Classes: storagelisters.NewStorageClassLister(classes), Nodes: corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)),
+		Client: client.CoreV1(), Check: func(context.Context, *v1.PersistentVolumeClaim, *storagev1.StorageClass, *v1.Node) string { return "" }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.claimer = claimer
 	for i := range benchClaims {
 		node := benchNodeName(i)
 		c := makePVC(fmt.Sprintf("data-%05d", i), benchDelayedClass).withSelectedNode(node).PersistentVolumeClaim
@@ -83,13 +93,13 @@ func newNodeDeploymentFixture(b *testing.B) *nodeDeploymentFixture {
 	return f
 }
 
-// BenchmarkNodeDeploymentOwnsClaim: the library's claim filter (scoped)
+// BenchmarkNodeDeploymentOwnsClaim: the library's claim filter (Config.OwnsClaim)
 // on one claim event; one claim in 5 000 is the instance's.
 func BenchmarkNodeDeploymentOwnsClaim(b *testing.B) {
 	f := newNodeDeploymentFixture(b)
 	i, own := 0, 0
 	for b.Loop() {
-		if f.nd.ownsClaim(f.bound[i]) {
+		if f.nd.OwnsClaim(f.bound[i]) {
 			own++
 		}
 		i = (i + 1) % benchClaims
@@ -106,7 +116,7 @@ func BenchmarkNodeDeploymentOwnsVolume(b *testing.B) {
 	f := newNodeDeploymentFixture(b)
 	i, own := 0, 0
 	for b.Loop() {
-		if f.nd.ownsVolume(f.pvs[i]) {
+		if f.nd.OwnsVolume(f.pvs[i]) {
 			own++
 		}
 		i = (i + 1) % benchClaims
@@ -129,8 +139,8 @@ func BenchmarkNodeClaimerCandidate(b *testing.B) {
 		candidate bool
 	}{
 		{"bound", f.bound[1], false},
-		{"pending delayed", makePVC("pending", benchDelayedClass).PersistentVolumeClaim, false},
-		{"pending immediate", makePVC("pending", benchImmediate).PersistentVolumeClaim, true},
+		{"pending delayed", makePVC("pending", benchDelayedClass).forDriver().PersistentVolumeClaim, false},
+		{"pending immediate", makePVC("pending", benchImmediate).forDriver().PersistentVolumeClaim, true},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
@@ -150,7 +160,8 @@ func BenchmarkNodeClaimerCandidate(b *testing.B) {
 func BenchmarkNodeDeploymentResync(b *testing.B) {
 	f := newNodeDeploymentFixture(b)
 	noop := cache.ResourceEventHandlerFuncs{}
-	claimFilter, pvFilter := scoped(noop, f.nd.ownsClaim), scoped(noop, f.nd.ownsVolume)
+	claimFilter := cache.FilteringResourceEventHandler{FilterFunc: f.nd.OwnsClaim, Handler: noop}
+	pvFilter := cache.FilteringResourceEventHandler{FilterFunc: f.nd.OwnsVolume, Handler: noop}
 	for b.Loop() {
 		for i := range benchClaims {
 			claimFilter.OnUpdate(f.bound[i], f.bound[i])
