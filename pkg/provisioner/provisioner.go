@@ -61,7 +61,8 @@ type CapacityRefresher interface {
 type Deps struct {
 	// CSI is the driver's controller service. Required.
 	CSI ControllerClient
-	// Secrets reads the Secrets a class references (the only API GETs).
+	// Secrets reads the Secrets a class references, with a GET each time:
+	// Secrets are not cached (package doc lists every GET).
 	// Required.
 	Secrets corev1client.SecretsGetter
 	// CSINodes lists CSINode objects from an informer. Required.

@@ -1,4 +1,4 @@
-package provisioner
+package classparams
 
 import (
 	"errors"
@@ -12,14 +12,14 @@ func TestParseClassParameters(t *testing.T) {
 	tmpl := func(name, namespace string) secretTemplate {
 		return secretTemplate{name: name, namespace: namespace, nameSet: true, namespaceSet: true}
 	}
-	every := func(t secretTemplate) map[secretKind]secretTemplate {
-		out := map[secretKind]secretTemplate{}
+	every := func(t secretTemplate) map[SecretKind]secretTemplate {
+		out := map[SecretKind]secretTemplate{}
 		for _, k := range secretKinds {
 			out[k] = t
 		}
 		return out
 	}
-	withKind := func(m map[secretKind]secretTemplate, k secretKind, t secretTemplate) map[secretKind]secretTemplate {
+	withKind := func(m map[SecretKind]secretTemplate, k SecretKind, t secretTemplate) map[SecretKind]secretTemplate {
 		m[k] = t
 		return m
 	}
@@ -28,21 +28,21 @@ func TestParseClassParameters(t *testing.T) {
 		params         map[string]string
 		wantDriver     map[string]string
 		wantFS         string
-		wantSecrets    map[secretKind]secretTemplate
-		wantDeprecated []deprecatedParameter
+		wantSecrets    map[SecretKind]secretTemplate
+		wantDeprecated []DeprecatedKey
 		wantErr        error
 	}{
 		{
 			name:        "prefixed keys are consumed",
-			params:      map[string]string{"type": "fast", paramFSType: "xfs", "csi.storage.k8s.io/provisioner-secret-name": "s", "csi.storage.k8s.io/provisioner-secret-namespace": "ns"},
+			params:      map[string]string{"type": "fast", FSTypeKey: "xfs", "csi.storage.k8s.io/provisioner-secret-name": "s", "csi.storage.k8s.io/provisioner-secret-namespace": "ns"},
 			wantDriver:  map[string]string{"type": "fast"},
 			wantFS:      "xfs",
-			wantSecrets: map[secretKind]secretTemplate{secretProvisioner: tmpl("s", "ns")},
+			wantSecrets: map[SecretKind]secretTemplate{SecretProvisioner: tmpl("s", "ns")},
 		},
 		{
 			name:        "no parameters",
 			wantDriver:  map[string]string{},
-			wantSecrets: map[secretKind]secretTemplate{},
+			wantSecrets: map[SecretKind]secretTemplate{},
 		},
 		{
 			name:    "unknown prefixed key",
@@ -65,7 +65,7 @@ func TestParseClassParameters(t *testing.T) {
 			params: map[string]string{"csi.storage.k8s.io/secret-name": "all", "csi.storage.k8s.io/secret-namespace": "ns",
 				"csi.storage.k8s.io/node-stage-secret-name": "stage", "csi.storage.k8s.io/node-stage-secret-namespace": "stage-ns"},
 			wantDriver:  map[string]string{},
-			wantSecrets: withKind(every(tmpl("all", "ns")), secretNodeStage, tmpl("stage", "stage-ns")),
+			wantSecrets: withKind(every(tmpl("all", "ns")), SecretNodeStage, tmpl("stage", "stage-ns")),
 		},
 		{
 			name: "half a kind's own secret does not fall back to the default",
@@ -88,28 +88,28 @@ func TestParseClassParameters(t *testing.T) {
 				"csiControllerPublishSecretName": "cp", "csiControllerPublishSecretNamespace": "cp-ns",
 				"csiNodeStageSecretName": "ns", "csiNodeStageSecretNamespace": "ns-ns",
 				"csiNodePublishSecretName": "np", "csiNodePublishSecretNamespace": "np-ns"},
-			wantSecrets: map[secretKind]secretTemplate{
-				secretProvisioner: tmpl("p", "p-ns"), secretControllerPublish: tmpl("cp", "cp-ns"),
-				secretNodeStage: tmpl("ns", "ns-ns"), secretNodePublish: tmpl("np", "np-ns"),
+			wantSecrets: map[SecretKind]secretTemplate{
+				SecretProvisioner: tmpl("p", "p-ns"), SecretControllerPublish: tmpl("cp", "cp-ns"),
+				SecretNodeStage: tmpl("ns", "ns-ns"), SecretNodePublish: tmpl("np", "np-ns"),
 			},
-			wantDeprecated: []deprecatedParameter{
-				{key: "csiControllerPublishSecretName", use: "csi.storage.k8s.io/controller-publish-secret-name"},
-				{key: "csiControllerPublishSecretNamespace", use: "csi.storage.k8s.io/controller-publish-secret-namespace"},
-				{key: "csiNodePublishSecretName", use: "csi.storage.k8s.io/node-publish-secret-name"},
-				{key: "csiNodePublishSecretNamespace", use: "csi.storage.k8s.io/node-publish-secret-namespace"},
-				{key: "csiNodeStageSecretName", use: "csi.storage.k8s.io/node-stage-secret-name"},
-				{key: "csiNodeStageSecretNamespace", use: "csi.storage.k8s.io/node-stage-secret-namespace"},
-				{key: "csiProvisionerSecretName", use: "csi.storage.k8s.io/provisioner-secret-name"},
-				{key: "csiProvisionerSecretNamespace", use: "csi.storage.k8s.io/provisioner-secret-namespace"},
+			wantDeprecated: []DeprecatedKey{
+				{Key: "csiControllerPublishSecretName", Use: "csi.storage.k8s.io/controller-publish-secret-name"},
+				{Key: "csiControllerPublishSecretNamespace", Use: "csi.storage.k8s.io/controller-publish-secret-namespace"},
+				{Key: "csiNodePublishSecretName", Use: "csi.storage.k8s.io/node-publish-secret-name"},
+				{Key: "csiNodePublishSecretNamespace", Use: "csi.storage.k8s.io/node-publish-secret-namespace"},
+				{Key: "csiNodeStageSecretName", Use: "csi.storage.k8s.io/node-stage-secret-name"},
+				{Key: "csiNodeStageSecretNamespace", Use: "csi.storage.k8s.io/node-stage-secret-namespace"},
+				{Key: "csiProvisionerSecretName", Use: "csi.storage.k8s.io/provisioner-secret-name"},
+				{Key: "csiProvisionerSecretNamespace", Use: "csi.storage.k8s.io/provisioner-secret-namespace"},
 			},
 		},
 		{
 			name:        "a deprecated key and a prefixed one may set the two fields",
 			params:      map[string]string{"csiProvisionerSecretName": "p", "csi.storage.k8s.io/provisioner-secret-namespace": "p-ns"},
 			wantDriver:  map[string]string{"csiProvisionerSecretName": "p"},
-			wantSecrets: map[secretKind]secretTemplate{secretProvisioner: tmpl("p", "p-ns")},
-			wantDeprecated: []deprecatedParameter{
-				{key: "csiProvisionerSecretName", use: "csi.storage.k8s.io/provisioner-secret-name"},
+			wantSecrets: map[SecretKind]secretTemplate{SecretProvisioner: tmpl("p", "p-ns")},
+			wantDeprecated: []DeprecatedKey{
+				{Key: "csiProvisionerSecretName", Use: "csi.storage.k8s.io/provisioner-secret-name"},
 			},
 		},
 		{
@@ -123,20 +123,20 @@ func TestParseClassParameters(t *testing.T) {
 			params:         map[string]string{"fstype": "ext3", "type": "fast"},
 			wantDriver:     map[string]string{"fstype": "ext3", "type": "fast"},
 			wantFS:         "ext3",
-			wantSecrets:    map[secretKind]secretTemplate{},
-			wantDeprecated: []deprecatedParameter{{key: "fstype", use: paramFSType}},
+			wantSecrets:    map[SecretKind]secretTemplate{},
+			wantDeprecated: []DeprecatedKey{{Key: "fstype", Use: FSTypeKey}},
 		},
 		{
 			name:           "deprecated fstype in any case",
 			params:         map[string]string{"fsType": "xfs"},
 			wantDriver:     map[string]string{"fsType": "xfs"},
 			wantFS:         "xfs",
-			wantSecrets:    map[secretKind]secretTemplate{},
-			wantDeprecated: []deprecatedParameter{{key: "fsType", use: paramFSType}},
+			wantSecrets:    map[SecretKind]secretTemplate{},
+			wantDeprecated: []DeprecatedKey{{Key: "fsType", Use: FSTypeKey}},
 		},
 		{
 			name:    "fstype and the prefixed fstype",
-			params:  map[string]string{"fstype": "ext3", paramFSType: "ext4"},
+			params:  map[string]string{"fstype": "ext3", FSTypeKey: "ext4"},
 			wantErr: ErrInvalidParameter,
 		},
 		{
@@ -147,23 +147,23 @@ func TestParseClassParameters(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseClassParameters(tc.params)
+			got, err := Parse(tc.params)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error = %v, want %v", err, tc.wantErr)
 			}
 			if tc.wantErr != nil {
 				return
 			}
-			if diff := cmp.Diff(tc.wantDriver, got.driver); diff != "" {
+			if diff := cmp.Diff(tc.wantDriver, got.Driver); diff != "" {
 				t.Errorf("driver parameters (-want +got):\n%s", diff)
 			}
-			if got.fsType != tc.wantFS {
-				t.Errorf("fsType = %q, want %q", got.fsType, tc.wantFS)
+			if got.FSType != tc.wantFS {
+				t.Errorf("fsType = %q, want %q", got.FSType, tc.wantFS)
 			}
 			if diff := cmp.Diff(tc.wantSecrets, got.secrets, cmp.AllowUnexported(secretTemplate{})); diff != "" {
 				t.Errorf("secret templates (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.wantDeprecated, got.deprecated, cmp.AllowUnexported(deprecatedParameter{})); diff != "" {
+			if diff := cmp.Diff(tc.wantDeprecated, got.Deprecated); diff != "" {
 				t.Errorf("deprecated keys (-want +got):\n%s", diff)
 			}
 		})
@@ -171,54 +171,54 @@ func TestParseClassParameters(t *testing.T) {
 }
 
 func TestSecretRefs(t *testing.T) {
-	vars := templateVars{
-		pvName:         "pvc-123",
-		pvcName:        "data-web-0",
-		pvcNamespace:   "apps",
-		pvcAnnotations: map[string]string{"team": "blue"},
+	vars := TemplateVars{
+		PVName:         "pvc-123",
+		PVCName:        "data-web-0",
+		PVCNamespace:   "apps",
+		PVCAnnotations: map[string]string{"team": "blue"},
 	}
 	tests := []struct {
 		name    string
-		tmpl    map[secretKind]secretTemplate
-		want    map[secretKind]*v1.SecretReference
+		tmpl    map[SecretKind]secretTemplate
+		want    map[SecretKind]*v1.SecretReference
 		wantErr error
 	}{
 		{
 			name: "all variables",
-			tmpl: map[secretKind]secretTemplate{
-				secretProvisioner: {name: "${pvc.name}-${pvc.annotations['team']}", namespace: "${pvc.namespace}", nameSet: true, namespaceSet: true},
-				secretNodePublish: {name: "np-${pv.name}", namespace: "secrets", nameSet: true, namespaceSet: true},
+			tmpl: map[SecretKind]secretTemplate{
+				SecretProvisioner: {name: "${pvc.name}-${pvc.annotations['team']}", namespace: "${pvc.namespace}", nameSet: true, namespaceSet: true},
+				SecretNodePublish: {name: "np-${pv.name}", namespace: "secrets", nameSet: true, namespaceSet: true},
 			},
-			want: map[secretKind]*v1.SecretReference{
-				secretProvisioner: {Name: "data-web-0-blue", Namespace: "apps"},
-				secretNodePublish: {Name: "np-pvc-123", Namespace: "secrets"},
+			want: map[SecretKind]*v1.SecretReference{
+				SecretProvisioner: {Name: "data-web-0-blue", Namespace: "apps"},
+				SecretNodePublish: {Name: "np-pvc-123", Namespace: "secrets"},
 			},
 		},
 		{
 			name: "claim name may not choose the namespace",
-			tmpl: map[secretKind]secretTemplate{
-				secretProvisioner: {name: "s", namespace: "${pvc.name}", nameSet: true, namespaceSet: true},
+			tmpl: map[SecretKind]secretTemplate{
+				SecretProvisioner: {name: "s", namespace: "${pvc.name}", nameSet: true, namespaceSet: true},
 			},
 			wantErr: ErrSecretTemplate,
 		},
 		{
 			name: "unknown variable",
-			tmpl: map[secretKind]secretTemplate{
-				secretNodeStage: {name: "${pvc.uid}", namespace: "ns", nameSet: true, namespaceSet: true},
+			tmpl: map[SecretKind]secretTemplate{
+				SecretNodeStage: {name: "${pvc.uid}", namespace: "ns", nameSet: true, namespaceSet: true},
 			},
 			wantErr: ErrSecretTemplate,
 		},
 		{
 			name: "missing annotation",
-			tmpl: map[secretKind]secretTemplate{
-				secretNodeStage: {name: "${pvc.annotations['nope']}", namespace: "ns", nameSet: true, namespaceSet: true},
+			tmpl: map[SecretKind]secretTemplate{
+				SecretNodeStage: {name: "${pvc.annotations['nope']}", namespace: "ns", nameSet: true, namespaceSet: true},
 			},
 			wantErr: ErrSecretTemplate,
 		},
 		{
 			name: "result is not a valid name",
-			tmpl: map[secretKind]secretTemplate{
-				secretControllerExpand: {name: "Bad_Name", namespace: "ns", nameSet: true, namespaceSet: true},
+			tmpl: map[SecretKind]secretTemplate{
+				SecretControllerExpand: {name: "Bad_Name", namespace: "ns", nameSet: true, namespaceSet: true},
 			},
 			wantErr: ErrSecretTemplate,
 		},

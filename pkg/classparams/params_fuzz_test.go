@@ -1,4 +1,4 @@
-package provisioner
+package classparams
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzClassParameters feeds arbitrary class parameters ("key=value" lines)
-// and claim fields to parseClassParameters and the secret templates: no
+// and claim fields to Parse and the secret templates: no
 // panic; errors are ErrInvalidParameter or ErrSecretTemplate; reserved keys
 // never reach the driver; a resolved secret reference has a valid namespace
 // and name, and its namespace never comes from the claim's name or
@@ -27,20 +27,20 @@ func FuzzClassParameters(f *testing.F) {
 				params[k] = v
 			}
 		}
-		parsed, err := parseClassParameters(params)
+		parsed, err := Parse(params)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidParameter) {
 				t.Fatalf("error %v is not ErrInvalidParameter", err)
 			}
 			return
 		}
-		for k := range parsed.driver {
-			if strings.HasPrefix(k, csiParameterPrefix) {
+		for k := range parsed.Driver {
+			if strings.HasPrefix(k, Prefix) {
 				t.Fatalf("reserved key %q passed to the driver", k)
 			}
 		}
-		vars := templateVars{pvName: "pvc-0a1b2c3d", pvcName: pvcName, pvcNamespace: pvcNamespace,
-			pvcAnnotations: map[string]string{annKey: annValue}}
+		vars := TemplateVars{PVName: "pvc-0a1b2c3d", PVCName: pvcName, PVCNamespace: pvcNamespace,
+			PVCAnnotations: map[string]string{annKey: annValue}}
 		refs, err := secretRefs(parsed.secrets, vars)
 		if err != nil {
 			if !errors.Is(err, ErrSecretTemplate) {

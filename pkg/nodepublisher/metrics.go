@@ -1,4 +1,4 @@
-package limits
+package nodepublisher
 
 import (
 	storagev1 "k8s.io/api/storage/v1"

@@ -1,4 +1,4 @@
-package provisioner
+package classparams
 
 import (
 	"errors"
@@ -11,30 +11,33 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// secretKind names one of the secrets a StorageClass can reference.
-type secretKind string
+// SecretKind names one of the secrets a StorageClass can reference.
+type SecretKind string
 
 // The secret kinds, as they appear in parameter keys
-// (csi.storage.k8s.io/<kind>-secret-name / -namespace).
+// (csi.storage.k8s.io/<kind>-secret-name / -namespace). Each is recorded
+// on the PV: the provisioner secret (used by CreateVolume and
+// DeleteVolume) and the controller-modify one as annotations, the others
+// in the PV's CSI source.
 const (
-	secretProvisioner       secretKind = "provisioner"
-	secretControllerPublish secretKind = "controller-publish"
-	secretNodeStage         secretKind = "node-stage"
-	secretNodePublish       secretKind = "node-publish"
-	secretControllerExpand  secretKind = "controller-expand"
-	secretNodeExpand        secretKind = "node-expand"
-	// secretControllerModify is for ControllerModifyVolume (the
+	SecretProvisioner       SecretKind = "provisioner"
+	SecretControllerPublish SecretKind = "controller-publish"
+	SecretNodeStage         SecretKind = "node-stage"
+	SecretNodePublish       SecretKind = "node-publish"
+	SecretControllerExpand  SecretKind = "controller-expand"
+	SecretNodeExpand        SecretKind = "node-expand"
+	// SecretControllerModify is for ControllerModifyVolume (the
 	// external-resizer's): it is recorded on the PV as annotations.
-	secretControllerModify secretKind = "controller-modify"
+	SecretControllerModify SecretKind = "controller-modify"
 	// secretDefault is csi.storage.k8s.io/secret-name / -namespace: the
 	// secret of every kind the class does not name (upstream's fallback).
-	secretDefault secretKind = "default"
+	secretDefault SecretKind = "default"
 )
 
-var secretKinds = []secretKind{
-	secretProvisioner, secretControllerPublish, secretNodeStage,
-	secretNodePublish, secretControllerExpand, secretNodeExpand,
-	secretControllerModify,
+var secretKinds = []SecretKind{
+	SecretProvisioner, SecretControllerPublish, SecretNodeStage,
+	SecretNodePublish, SecretControllerExpand, SecretNodeExpand,
+	SecretControllerModify,
 }
 
 type secretField string
@@ -47,16 +50,16 @@ const (
 var secretFields = []secretField{secretFieldName, secretFieldNamespace}
 
 // param is the prefixed parameter key of a kind's field.
-func (k secretKind) param(f secretField) string {
+func (k SecretKind) param(f secretField) string {
 	if k == secretDefault {
-		return fmt.Sprintf("%ssecret-%s", csiParameterPrefix, f)
+		return fmt.Sprintf("%ssecret-%s", Prefix, f)
 	}
-	return fmt.Sprintf("%s%s-secret-%s", csiParameterPrefix, k, f)
+	return fmt.Sprintf("%s%s-secret-%s", Prefix, k, f)
 }
 
 // secretSlot is one field of one kind of secret.
 type secretSlot struct {
-	kind  secretKind
+	kind  SecretKind
 	field secretField
 }
 
@@ -64,14 +67,14 @@ type secretSlot struct {
 // external-provisioner 1.0), still honoured there: they set the same secret
 // as their prefixed key and, being unprefixed, are passed to the driver too.
 var deprecatedSecretKeys = map[string]secretSlot{
-	"csiProvisionerSecretName":            {secretProvisioner, secretFieldName},
-	"csiProvisionerSecretNamespace":       {secretProvisioner, secretFieldNamespace},
-	"csiControllerPublishSecretName":      {secretControllerPublish, secretFieldName},
-	"csiControllerPublishSecretNamespace": {secretControllerPublish, secretFieldNamespace},
-	"csiNodeStageSecretName":              {secretNodeStage, secretFieldName},
-	"csiNodeStageSecretNamespace":         {secretNodeStage, secretFieldNamespace},
-	"csiNodePublishSecretName":            {secretNodePublish, secretFieldName},
-	"csiNodePublishSecretNamespace":       {secretNodePublish, secretFieldNamespace},
+	"csiProvisionerSecretName":            {SecretProvisioner, secretFieldName},
+	"csiProvisionerSecretNamespace":       {SecretProvisioner, secretFieldNamespace},
+	"csiControllerPublishSecretName":      {SecretControllerPublish, secretFieldName},
+	"csiControllerPublishSecretNamespace": {SecretControllerPublish, secretFieldNamespace},
+	"csiNodeStageSecretName":              {SecretNodeStage, secretFieldName},
+	"csiNodeStageSecretNamespace":         {SecretNodeStage, secretFieldNamespace},
+	"csiNodePublishSecretName":            {SecretNodePublish, secretFieldName},
+	"csiNodePublishSecretNamespace":       {SecretNodePublish, secretFieldNamespace},
 }
 
 // secretParameter reports whether key is a secret reference parameter
@@ -81,10 +84,10 @@ func secretParameter(key string) (secretSlot, bool) {
 	if slot, ok := deprecatedSecretKeys[key]; ok {
 		return slot, true
 	}
-	if !strings.HasPrefix(key, csiParameterPrefix) {
+	if !strings.HasPrefix(key, Prefix) {
 		return secretSlot{}, false
 	}
-	for _, k := range append([]secretKind{secretDefault}, secretKinds...) {
+	for _, k := range append([]SecretKind{secretDefault}, secretKinds...) {
 		for _, f := range secretFields {
 			if key == k.param(f) {
 				return secretSlot{k, f}, true
@@ -119,7 +122,7 @@ func (s secretKeys) add(slot secretSlot, key, value string) {
 // own returns the template a class writes for kind itself, whether it
 // writes one, and an error when it writes a field twice (a deprecated and
 // a prefixed key) or one field without the other, as upstream refuses.
-func (s secretKeys) own(kind secretKind) (secretTemplate, bool, error) {
+func (s secretKeys) own(kind SecretKind) (secretTemplate, bool, error) {
 	var t secretTemplate
 	for _, f := range secretFields {
 		keys := s[secretSlot{kind, f}]
@@ -150,7 +153,7 @@ func (s secretKeys) own(kind secretKind) (secretTemplate, bool, error) {
 // template returns the template of kind: the class's own for the kind, else
 // the default secret's (csi.storage.k8s.io/secret-name / -namespace), as
 // upstream. ok is false when the class names neither.
-func (s secretKeys) template(kind secretKind) (t secretTemplate, ok bool, err error) {
+func (s secretKeys) template(kind SecretKind) (t secretTemplate, ok bool, err error) {
 	if t, ok, err = s.own(kind); ok || err != nil {
 		return t, ok, err
 	}
@@ -159,8 +162,8 @@ func (s secretKeys) template(kind secretKind) (t secretTemplate, ok bool, err er
 
 // templates returns the template of every kind the class names, directly
 // or through the default secret.
-func (s secretKeys) templates() (map[secretKind]secretTemplate, error) {
-	out := map[secretKind]secretTemplate{}
+func (s secretKeys) templates() (map[SecretKind]secretTemplate, error) {
+	out := map[SecretKind]secretTemplate{}
 	for _, kind := range secretKinds {
 		t, ok, err := s.template(kind)
 		if err != nil {
@@ -173,19 +176,6 @@ func (s secretKeys) templates() (map[secretKind]secretTemplate, error) {
 	return out, nil
 }
 
-// PV annotations that record the provisioner secret for DeleteVolume.
-const (
-	annDeletionSecretName      = "volume.kubernetes.io/provisioner-deletion-secret-name"
-	annDeletionSecretNamespace = "volume.kubernetes.io/provisioner-deletion-secret-namespace"
-)
-
-// PV annotations that record the controller-modify secret for the
-// external-resizer's ControllerModifyVolume (upstream's names).
-const (
-	annModifySecretName      = "volume.kubernetes.io/controller-modify-secret-name"
-	annModifySecretNamespace = "volume.kubernetes.io/controller-modify-secret-namespace"
-)
-
 // ErrSecretTemplate marks a StorageClass secret template that cannot be
 // resolved for a claim (unknown variable, missing annotation, invalid result).
 var ErrSecretTemplate = errors.New("invalid secret template")
@@ -196,12 +186,17 @@ type secretTemplate struct {
 	nameSet, namespaceSet bool
 }
 
-// templateVars are the values a secret template may refer to.
-type templateVars struct {
-	pvName         string
-	pvcName        string
-	pvcNamespace   string
-	pvcAnnotations map[string]string
+// TemplateVars are the values a secret template may refer to.
+type TemplateVars struct {
+	// PVName is ${pv.name}, the name of the PV (and the volume).
+	PVName string
+	// PVCName is ${pvc.name}, the claim's name.
+	PVCName string
+	// PVCNamespace is ${pvc.namespace}, the claim's namespace.
+	PVCNamespace string
+	// PVCAnnotations are ${pvc.annotations['key']}, the claim's
+	// annotations.
+	PVCAnnotations map[string]string
 }
 
 var templateVarRE = regexp.MustCompile(`\$\{([^}]*)\}`)
@@ -211,20 +206,20 @@ var annotationVarRE = regexp.MustCompile(`^pvc\.annotations\['([^']+)'\]$`)
 // ${pvc.annotations['key']} in tmpl. For a namespace (namespaceField) only
 // ${pv.name} and ${pvc.namespace} are allowed: a claim's name and annotations
 // are chosen by its user and must not select the namespace of a secret.
-func (v templateVars) resolve(tmpl string, namespaceField bool) (string, error) {
+func (v TemplateVars) resolve(tmpl string, namespaceField bool) (string, error) {
 	var errs []string
 	out := templateVarRE.ReplaceAllStringFunc(tmpl, func(m string) string {
 		expr := m[2 : len(m)-1]
 		switch {
 		case expr == "pv.name":
-			return v.pvName
+			return v.PVName
 		case expr == "pvc.namespace":
-			return v.pvcNamespace
+			return v.PVCNamespace
 		case expr == "pvc.name" && !namespaceField:
-			return v.pvcName
+			return v.PVCName
 		}
 		if sub := annotationVarRE.FindStringSubmatch(expr); sub != nil && !namespaceField {
-			val, ok := v.pvcAnnotations[sub[1]]
+			val, ok := v.PVCAnnotations[sub[1]]
 			if !ok {
 				errs = append(errs, fmt.Sprintf("claim has no annotation %q", sub[1]))
 			}
@@ -241,7 +236,7 @@ func (v templateVars) resolve(tmpl string, namespaceField bool) (string, error) 
 
 // resolveSecretRef turns a class's secret template into a SecretReference for
 // a claim, or nil when the class names no secret of that kind.
-func resolveSecretRef(kind secretKind, t secretTemplate, vars templateVars) (*v1.SecretReference, error) {
+func resolveSecretRef(kind SecretKind, t secretTemplate, vars TemplateVars) (*v1.SecretReference, error) {
 	if !t.nameSet {
 		return nil, nil
 	}
@@ -265,8 +260,8 @@ func resolveSecretRef(kind secretKind, t secretTemplate, vars templateVars) (*v1
 }
 
 // secretRefs resolves every secret reference of a class for a claim.
-func secretRefs(templates map[secretKind]secretTemplate, vars templateVars) (map[secretKind]*v1.SecretReference, error) {
-	refs := make(map[secretKind]*v1.SecretReference, len(templates))
+func secretRefs(templates map[SecretKind]secretTemplate, vars TemplateVars) (map[SecretKind]*v1.SecretReference, error) {
+	refs := make(map[SecretKind]*v1.SecretReference, len(templates))
 	for _, kind := range secretKinds {
 		t, ok := templates[kind]
 		if !ok {
@@ -279,4 +274,34 @@ func secretRefs(templates map[secretKind]secretTemplate, vars templateVars) (map
 		refs[kind] = ref
 	}
 	return refs, nil
+}
+
+// Secrets resolves every secret reference of the class for a claim: by
+// kind, the kinds the class names (directly or through the default
+// secret). An error wraps ErrSecretTemplate.
+func (p Parameters) Secrets(vars TemplateVars) (map[SecretKind]*v1.SecretReference, error) {
+	return secretRefs(p.secrets, vars)
+}
+
+// ClassSecret is one secret reference as a class writes it (templates
+// included); Resolve turns it into a SecretReference for a claim.
+type ClassSecret struct {
+	kind SecretKind
+	t    secretTemplate
+}
+
+// ProvisionerSecret returns the class's provisioner secret (its own keys,
+// deprecated ones or the default secret) and whether the class names one,
+// reading only the secret keys: what DeleteVolume needs from the class of
+// a PV that did not record its secret. An error (a field set twice, or one
+// without the other) wraps ErrInvalidParameter.
+func ProvisionerSecret(params map[string]string) (ClassSecret, bool, error) {
+	t, ok, err := collectSecretKeys(params).template(SecretProvisioner)
+	return ClassSecret{kind: SecretProvisioner, t: t}, ok, err
+}
+
+// Resolve expands the secret's templates for a claim; nil when the class
+// names no such secret. An error wraps ErrSecretTemplate.
+func (s ClassSecret) Resolve(vars TemplateVars) (*v1.SecretReference, error) {
+	return resolveSecretRef(s.kind, s.t, vars)
 }
