@@ -3,7 +3,7 @@
 // plugin with capacity tracking and the driver heartbeat) as its scheduler,
 // and six nodes, each with its own node-local mock driver (the node is its
 // only segment), csi-node-publisher and `csi-provisioner --node-deployment`
-// (test/lab's NodeLocalLab). No central controller nor provisioner runs.
+// (test/harness/lab's NodeLocalLab). No central controller nor provisioner runs.
 package e2enode
 
 import (

@@ -58,7 +58,7 @@ func isProjectModule(gomod []byte) bool {
 // Go version, so that every clone of the same commit shares one build. When
 // the user has no cache directory it is <repo>/.cache/controlplane/<key>.
 func ControlPlaneDir(repoRoot string) (string, error) {
-	mod := filepath.Join("test", "controlplane", "k8s")
+	mod := filepath.Join("test", "harness", "controlplane", "k8s")
 	return CacheDir(repoRoot, "controlplane", runtime.Version(),
 		filepath.Join(mod, "go.mod"), filepath.Join(mod, "go.sum"), filepath.Join(mod, "etcd", "main.go"))
 }
@@ -87,12 +87,12 @@ func CacheDir(repoRoot, name, salt string, files ...string) (string, error) {
 }
 
 // BuildControlPlane builds etcd, kube-apiserver, kube-controller-manager and
-// kube-scheduler from the nested module test/controlplane/k8s, unless a
+// kube-scheduler from the nested module test/harness/controlplane/k8s, unless a
 // complete build is cached in ControlPlaneDir (same nested module, same Go). Concurrent callers (test
 // packages run in parallel) wait for each other on a file lock.
 func BuildControlPlane(ctx context.Context, repoRoot string) (Binaries, error) {
 	logger := klog.FromContext(ctx)
-	modDir := filepath.Join(repoRoot, "test", "controlplane", "k8s")
+	modDir := filepath.Join(repoRoot, "test", "harness", "controlplane", "k8s")
 	dir, err := ControlPlaneDir(repoRoot)
 	if err != nil {
 		return Binaries{}, err

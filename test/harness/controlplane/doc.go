@@ -4,7 +4,7 @@
 // StatefulSets) and kube-scheduler, built from the pinned modules of the
 // nested module in k8s/, all on 127.0.0.1 with free ports in a temp dir,
 // token authentication, RBAC and generated service-account keys. No kubelet
-// runs: nodes are Node objects made Ready through the API (test/kubeletnode
+// runs: nodes are Node objects made Ready through the API (test/harness/kubeletnode
 // adds real ones, each a kubelet and a containerd on this host).
 //
 // Typical use in a test package:

@@ -32,13 +32,13 @@ func buildModules(t *testing.T, dir string, targets ...string) map[string]string
 
 // TestNestedModuleSharesVersions keeps Kubernetes compiled once: every
 // package that both the project's build (its commands, libraries and test
-// helpers) and the control plane's build (test/controlplane/k8s) compile
+// helpers) and the control plane's build (test/harness/controlplane/k8s) compile
 // must come from the same module version, required and replaced alike,
 // except the CSI spec (the reason the nested module exists). Otherwise the
 // go command compiles it twice, and a cold `make test` spends minutes on
 // Kubernetes libraries it has already compiled. Bumping a dependency of the
-// root module without bumping it in test/controlplane/k8s fails here; fix it
-// with `cd test/controlplane/k8s && go mod edit -require=<module>@<root's
+// root module without bumping it in test/harness/controlplane/k8s fails here; fix it
+// with `cd test/harness/controlplane/k8s && go mod edit -require=<module>@<root's
 // version> [-replace=...] && go mod tidy` (or raise the root's when the
 // nested module needs more).
 func TestNestedModuleSharesVersions(t *testing.T) {
@@ -47,7 +47,7 @@ func TestNestedModuleSharesVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	project := buildModules(t, root, "./...")
-	controlPlane := buildModules(t, filepath.Join(root, "test", "controlplane", "k8s"), controlPlaneTargets...)
+	controlPlane := buildModules(t, filepath.Join(root, "test", "harness", "controlplane", "k8s"), controlPlaneTargets...)
 	const allowed = "github.com/container-storage-interface/spec@"
 	shared := 0
 	for pkg, mod := range controlPlane {
@@ -57,7 +57,7 @@ func TestNestedModuleSharesVersions(t *testing.T) {
 		}
 		shared++
 		if rootMod != mod && !strings.HasPrefix(mod, allowed) {
-			t.Errorf("package %s: test/controlplane/k8s builds it from %s, the project from %s", pkg, mod, rootMod)
+			t.Errorf("package %s: test/harness/controlplane/k8s builds it from %s, the project from %s", pkg, mod, rootMod)
 		}
 	}
 	if shared < 100 {

@@ -22,7 +22,7 @@ type Binaries struct {
 }
 
 // runtimeModule is the nested module of containerd and the CNI plugins.
-const runtimeModule = "test/kubeletnode/mod"
+const runtimeModule = "test/harness/kubeletnode/mod"
 
 // runtimeTags leave out containerd's snapshotters that need cgo or tools
 // the host may lack; the nodes use overlayfs.
@@ -43,16 +43,16 @@ var (
 
 // BinariesDir returns where the node binaries of this checkout are cached:
 // <user cache dir>/csi-topology-provisioner/nodes/<key>, where key hashes
-// both nested modules (kubelet's, test/controlplane/k8s, and the runtime's,
-// test/kubeletnode/mod) and the Go version.
+// both nested modules (kubelet's, test/harness/controlplane/k8s, and the runtime's,
+// test/harness/kubeletnode/mod) and the Go version.
 func BinariesDir(repoRoot string) (string, error) {
 	return controlplane.CacheDir(repoRoot, "nodes", runtime.Version()+runtimeTags,
-		"test/controlplane/k8s/go.mod", "test/controlplane/k8s/go.sum", runtimeModule+"/go.mod", runtimeModule+"/go.sum")
+		"test/harness/controlplane/k8s/go.mod", "test/harness/controlplane/k8s/go.sum", runtimeModule+"/go.mod", runtimeModule+"/go.sum")
 }
 
 // BuildBinaries builds kubelet (from the control plane's nested module,
 // the pinned k8s.io/kubernetes), containerd, its runc shim, ctr and the CNI
-// plugins (from test/kubeletnode/mod), unless a complete build is cached in
+// plugins (from test/harness/kubeletnode/mod), unless a complete build is cached in
 // BinariesDir. The build logs progress every 30 s; concurrent callers wait
 // for each other on a file lock.
 func BuildBinaries(ctx context.Context, repoRoot string) (Binaries, error) {
@@ -86,7 +86,7 @@ func BuildBinaries(ctx context.Context, repoRoot string) (Binaries, error) {
 		what, mod, out, tags string
 		targets              []string
 	}{
-		{"kubelet", "test/controlplane/k8s", dir, "", kubeletTargets},
+		{"kubelet", "test/harness/controlplane/k8s", dir, "", kubeletTargets},
 		{"containerd", runtimeModule, dir, runtimeTags, runtimeTargets},
 		{"the CNI plugins", runtimeModule, bins.CNIDir, "", cniTargets},
 	}

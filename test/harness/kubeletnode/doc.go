@@ -1,5 +1,5 @@
 // Package kubeletnode adds real nodes to the lab's control plane
-// (test/controlplane): per node a kubelet and a containerd of its own on
+// (test/harness/controlplane): per node a kubelet and a containerd of its own on
 // this host, registered with the plane's API server, next to (or instead
 // of) the fake Node objects of the other tests.
 //

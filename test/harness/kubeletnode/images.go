@@ -21,7 +21,7 @@ const (
 )
 
 // Pause, RWCheck, APICheck and Registrar are the lab's own node images,
-// built from test/kubeletnode/images/cmd: the pod sandbox, a container that
+// built from test/harness/kubeletnode/images/cmd: the pod sandbox, a container that
 // writes a file and reads it back, an in-cluster client of the API server,
 // and the stand-in for node-driver-registrar (see their package docs).
 const (
@@ -54,7 +54,7 @@ func BuildImages(ctx context.Context, repoRoot, outDir string, project ...string
 		root     string
 		binaries []string
 	}{
-		{filepath.Join(repoRoot, "test", "kubeletnode", "images"), []string{Pause, RWCheck, APICheck, Registrar}},
+		{filepath.Join(repoRoot, "test", "harness", "kubeletnode", "images"), []string{Pause, RWCheck, APICheck, Registrar}},
 		{repoRoot, project},
 	}
 	for _, s := range sets {

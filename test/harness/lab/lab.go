@@ -58,7 +58,7 @@ type Config struct {
 	ProvisionerArgs []string
 	// ControllerArgs are extra flags of the mock driver's controller, after
 	// the lab's: e.g. "--state-file=" keeps its volumes in memory only (no
-	// file written and synced per call, as test/bench wants; a restart then
+	// file written and synced per call, as test/harness/cmd/bench wants; a restart then
 	// loses them), "-v=2" logs less than the lab's -v=5.
 	ControllerArgs []string
 	// BinDir, when set, holds the project's binaries (Binaries), e.g. the

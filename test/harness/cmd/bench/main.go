@@ -1,12 +1,12 @@
 // Command bench measures csi-provisioner as a whole process on the
-// project's local control plane (test/controlplane, test/lab): fake Ready
+// project's local control plane (test/harness/controlplane, test/harness/lab): fake Ready
 // nodes with CSINodes, the mock driver's controller, the provisioner under
 // its ServiceAccount of deploy/. It runs the scenarios of
 // docs/performance.md ("make bench"), optionally alternating with another
 // provisioner binary (--compare), and writes one JSON file per run and a
 // markdown table.
 //
-//	go run ./test/bench --bin-dir=bin --sizes=3,1000 --scenarios=backlog,delete --reps=2
+//	go run ./test/harness/cmd/bench --bin-dir=bin --sizes=3,1000 --scenarios=backlog,delete --reps=2
 package main
 
 import (

@@ -1,6 +1,6 @@
 // Command controlplane is `make controlplane` and step 4 of `make test`: it
 // builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler
-// from the nested module test/controlplane/k8s, or finds them cached (see
+// from the nested module test/harness/controlplane/k8s, or finds them cached (see
 // controlplane.ControlPlaneDir), then upstream external-provisioner for the
 // differential tests (controlplane.BuildUpstream), then kubelet, containerd and
 // the CNI plugins for the real nodes (kubeletnode.BuildBinaries), and prints

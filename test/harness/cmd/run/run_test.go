@@ -171,7 +171,7 @@ func runAndSignal(t *testing.T, root string, s sender) {
 	var out output
 	args := "--timeout=3m"
 	if s.to == fromRecipe {
-		args += fmt.Sprintf(" $$(bash test/cmd/run/testdata/signal-make.sh $$PPID %s)", strings.TrimPrefix(unix.SignalName(s.sig), "SIG"))
+		args += fmt.Sprintf(" $$(bash test/harness/cmd/run/testdata/signal-make.sh $$PPID %s)", strings.TrimPrefix(unix.SignalName(s.sig), "SIG"))
 	}
 	cmd := exec.Command("make", "--no-print-directory", "run", "ARGS="+args)
 	cmd.Dir = root

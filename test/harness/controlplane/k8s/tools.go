@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package k8s pins the Kubernetes commands that the local test control plane
-// builds, and kubelet, which the lab's real nodes run (test/kubeletnode).
+// builds, and kubelet, which the lab's real nodes run (test/harness/kubeletnode).
 // It is a module of its own because k8s.io/kubernetes v1.36.3
 // (kube-controller-manager's CSI volume plugin) does not compile against CSI
 // spec v1.13.0, which the project's csi-lib-utils and csi-test require.

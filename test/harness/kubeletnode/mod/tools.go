@@ -3,7 +3,7 @@
 // Package mod pins the node runtime that the lab's real nodes build:
 // containerd v2 with its runc shim and ctr, and the CNI plugins. It is a
 // module of its own so that their dependency versions never move the
-// project's go.mod nor the control plane's (test/controlplane/k8s, which
+// project's go.mod nor the control plane's (test/harness/controlplane/k8s, which
 // also builds kubelet).
 package mod
 
