@@ -54,8 +54,9 @@ func isProjectModule(gomod []byte) bool {
 
 // ControlPlaneDir returns where the control-plane binaries of this checkout
 // are cached: <user cache dir>/csi-topology-provisioner/controlplane/<key>,
-// where key hashes the nested module (go.mod, go.sum, the etcd main) and the
-// Go version, so that every clone of the same commit shares one build. When
+// where key hashes the nested module (go.mod without its module line, go.sum,
+// the etcd main) and the Go version, so that every clone of the same commit
+// shares one build, wherever the module lives (CacheDir). When
 // the user has no cache directory it is <repo>/.cache/controlplane/<key>.
 func ControlPlaneDir(repoRoot string) (string, error) {
 	mod := filepath.Join("test", "harness", "controlplane", "k8s")
@@ -65,15 +66,21 @@ func ControlPlaneDir(repoRoot string) (string, error) {
 
 // CacheDir is where a build of this checkout is cached:
 // <user cache dir>/csi-topology-provisioner/<name>/<key> (<repo>/.cache/<name>/<key>
-// without a user cache dir), where key hashes the files (paths relative to
-// repoRoot), in order, then salt (the Go version, and what else changes
-// the build).
+// without a user cache dir), where key hashes the contents of the files
+// (paths relative to repoRoot), in order, then salt (the Go version, and
+// what else changes the build). A go.mod is hashed without its module
+// line: that line names where the nested module lives, which does not
+// change what it builds, so moving or renaming a nested module keeps its
+// cached build.
 func CacheDir(repoRoot, name, salt string, files ...string) (string, error) {
 	h := sha256.New()
 	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join(repoRoot, f))
 		if err != nil {
 			return "", err
+		}
+		if filepath.Base(f) == "go.mod" {
+			data = withoutModuleLine(data)
 		}
 		h.Write(data)
 	}
@@ -84,6 +91,18 @@ func CacheDir(repoRoot, name, salt string, files ...string) (string, error) {
 		return filepath.Join(repoRoot, ".cache", name, key), nil
 	}
 	return filepath.Join(base, "csi-topology-provisioner", name, key), nil
+}
+
+// withoutModuleLine returns gomod without its module directive.
+func withoutModuleLine(gomod []byte) []byte {
+	var out []byte
+	for line := range bytes.Lines(gomod) {
+		if fields := bytes.Fields(line); len(fields) > 0 && string(fields[0]) == "module" {
+			continue
+		}
+		out = append(out, line...)
+	}
+	return out
 }
 
 // BuildControlPlane builds etcd, kube-apiserver, kube-controller-manager and

@@ -1,4 +1,4 @@
-module github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane/k8s
+module github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane/k8s
 
 go 1.26.0
 

@@ -1,4 +1,4 @@
-module github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode/mod
+module github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/kubeletnode/mod
 
 go 1.26.8
 
