@@ -91,6 +91,8 @@ type ClassOptions struct {
 	Terms []v1.TopologySelectorTerm
 	// Reclaim is the reclaim policy; Delete when empty.
 	Reclaim v1.PersistentVolumeReclaimPolicy
+	// Parameters are the class's parameters.
+	Parameters map[string]string
 }
 
 // NewClass creates a StorageClass of the mock driver and deletes it when
@@ -107,7 +109,7 @@ func NewClass(t testing.TB, ctx context.Context, c *controlplane.Cluster, name s
 	}
 	sc := &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: DriverName,
-		VolumeBindingMode: &mode, ReclaimPolicy: &reclaim,
+		VolumeBindingMode: &mode, ReclaimPolicy: &reclaim, Parameters: o.Parameters,
 	}
 	if len(o.Zones) > 0 {
 		sc.AllowedTopologies = []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
