@@ -77,6 +77,8 @@ type Publisher struct {
 	lastErr   error
 	driverUp  bool
 	published *storagev1.CSINodeDriver
+
+	countOwner countOwner
 }
 
 // NewPublisher returns a Publisher; metrics may be nil.
@@ -210,7 +212,7 @@ func (p *Publisher) PublishOnce(ctx context.Context) (err error) {
 
 func (p *Publisher) publish(ctx context.Context, driver string, info *csi.NodeGetInfoResponse) error {
 	logger := klog.FromContext(ctx)
-	entry, err := DriverEntry(driver, info, p.cfg.ReservedVolumes)
+	entry, err := DriverEntry(driver, info, p.reserved(ctx, driver))
 	if err != nil {
 		return err
 	}
