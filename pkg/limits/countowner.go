@@ -24,6 +24,8 @@ type countOwner struct {
 	kubelet bool
 	// decided is false until the first decision is logged.
 	decided bool
+	// unreadable is true while the CSIDriver cannot be read (logged once).
+	unreadable bool
 }
 
 // reserved returns the volumes to subtract from the driver's
@@ -46,9 +48,14 @@ func (p *Publisher) reserved(ctx context.Context, driver string) int64 {
 		// Without its CSIDriver object kubelet refreshes nothing.
 		kubelet = false
 	default:
-		logger.V(2).Info("Cannot read the CSIDriver object; keeping the last decision on who owns allocatable.count",
+		v := 4
+		if !o.unreadable {
+			v = 0
+		}
+		logger.V(v).Info("Cannot read the CSIDriver object; keeping the last decision on who owns allocatable.count",
 			"driver", driver, "kubeletOwnsCount", kubelet, "err", err)
 	}
+	o.unreadable = err != nil && !apierrors.IsNotFound(err)
 	if kubelet != o.kubelet || !o.decided {
 		if kubelet {
 			logger.Info("kubelet refreshes allocatable.count (the CSIDriver sets nodeAllocatableUpdatePeriodSeconds); "+
