@@ -109,8 +109,9 @@ func (p *Publisher) Published() *storagev1.CSINodeDriver {
 	return p.published
 }
 
-// Run publishes now and then every ResyncPeriod, and at once when the
-// driver comes back after being unreachable, until ctx is done. Transient
+// Run publishes now and then every ResyncPeriod, at once when the driver
+// comes back after being unreachable, and at once when another writer
+// changed the published entry (watchCSINode), until ctx is done. Transient
 // failures (driver or apiserver unreachable, conflicts) are retried; a label
 // collision or a negative count ends Run with the error. With CleanupOnExit
 // the entry is removed when ctx ends.
@@ -139,6 +140,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if err := publish(); err != nil {
 		return err
 	}
+	changed := p.watchCSINode(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,6 +149,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-resync.C:
+		case <-changed:
 		case <-retry:
 		case <-probe.C:
 			if p.probe(ctx) {
