@@ -58,7 +58,7 @@ func (p *Publisher) reserved(ctx context.Context, driver string) int64 {
 	o.unreadable = err != nil && !apierrors.IsNotFound(err)
 	if kubelet != o.kubelet || !o.decided {
 		if kubelet {
-			logger.Info("kubelet refreshes allocatable.count (the CSIDriver sets nodeAllocatableUpdatePeriodSeconds); "+
+			logger.Info("Kubelet refreshes allocatable.count (the CSIDriver sets nodeAllocatableUpdatePeriodSeconds); "+
 				"publishing the driver's max_volumes_per_node without --reserved-volumes", "driver", driver,
 				"reservedVolumes", p.cfg.ReservedVolumes)
 		} else {

@@ -35,7 +35,9 @@ import (
 //     to the same volume;
 //   - kubelet-restart: the node's kubelet restarts; the pod's container is
 //     the same one, its volume still mounted, and kubelet registers the
-//     driver again; the entry's count is the publisher's again;
+//     driver again, writing its own count; the publisher, which resyncs
+//     only hourly here, puts its count back at once (it watches the
+//     CSINode);
 //   - driver-killed: the driver's container is killed each time it runs
 //     (a crashing driver): the publisher stops renewing the driver's
 //     heartbeat Lease, which expires, and csi-scheduler-extender's filter
@@ -51,7 +53,9 @@ func TestRealNodeOperations(t *testing.T) {
 	ds, _ := deployNodeDriver(ctx, t, nodeDriver{
 		node:       n.Name,
 		driverArgs: []string{"--max-volumes-per-node=8"},
-		publisherArgs: []string{"--reserved-volumes=2", "--resync-period=10s",
+		// No resync in the test's time: only the publisher's watch of the
+		// CSINode puts its count back after kubelet's registration writes.
+		publisherArgs: []string{"--reserved-volumes=2", "--resync-period=1h",
 			"--lease-duration=6s", "--lease-renew-interval=2s"},
 	})
 	waitDriverPod(ctx, t, ds, n.Name, "")
@@ -91,7 +95,7 @@ func TestRealNodeOperations(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Kubelet registers the driver again and writes its own count (8);
-		// the publisher puts its own back at its next resync.
+		// the publisher, watching the CSINode, puts its own back.
 		waitSettled(ctx, t, n.Name, 6, restarted)
 		k.check(ctx, t)
 	})
@@ -132,6 +136,15 @@ func keepVolume(ctx context.Context, t *testing.T, n *kubeletnode.Node, id, text
 	}
 	t.Cleanup(func() { deletePod(ctx, t, "default", pod.Name) })
 	pod = waitPodRunning(ctx, t, "default", pod.Name)
+	// Running is not written: wait for the text in the driver's data
+	// directory on the node.
+	err := cluster.WaitFor(ctx, podTimeout, func(context.Context) (bool, error) {
+		data, err := os.ReadFile(filepath.Join(mockDataDir(n), id, "check"))
+		return err == nil && string(data) == text, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s never wrote its volume: %v", pod.Name, err)
+	}
 	k := &keptVolume{n: n, pod: pod, pv: id, containerID: pod.Status.ContainerStatuses[0].ContainerID, text: text}
 	checkMounted(t, n, pod, id, text)
 	return k
