@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
 )
 
 // nodeDriver says how deployNodeDriver runs deploy/'s node DaemonSet.
@@ -52,8 +54,8 @@ func isNodeSide(obj *unstructured.Unstructured) bool {
 // deployNodeDriver applies the node side of deploy/'s mock overlay,
 // rendered by kustomize, with nd's changes to the DaemonSet, and returns
 // the DaemonSet and the CSIDriver as applied (the test may update the
-// latter). It does not wait for the pods; the test's cleanup removes all
-// of it (removeNodeDriver).
+// latter). It does not wait for the pods; the test's cleanup removes
+// what later tests would meet (removeNodeDriver).
 func deployNodeDriver(ctx context.Context, t *testing.T, nd nodeDriver) (*appsv1.DaemonSet, *unstructured.Unstructured) {
 	t.Helper()
 	objs, err := controlplane.RenderKustomization(filepath.Join(cluster.RepoRoot, mockOverlay))
@@ -91,15 +93,50 @@ func deployNodeDriver(ctx context.Context, t *testing.T, nd nodeDriver) (*appsv1
 		t.Fatalf("%s renders no DaemonSet csi-node or no CSIDriver", mockOverlay)
 	}
 	waitNamespaceGone(ctx, t, ds.Namespace)
-	tagDaemonSetImages(ctx, t, ds)
+	tagNodeDriverImages(ctx, t, ds)
 	if err := cluster.ApplyYAML(ctx, stream, false); err != nil {
 		t.Fatalf("applying the node side of %s: %v", mockOverlay, err)
 	}
-	t.Cleanup(func() {
-		removeOverlay(ctx, t, ds)
-		waitNamespaceGone(ctx, t, ds.Namespace)
-	})
+	t.Cleanup(func() { removeNodeDriver(ctx, t, ds) })
 	return ds, csiDriver
+}
+
+// tagNodeDriverImages gives, on every node, the lab's images the names the
+// DaemonSet's containers use: the project's by their binary, the upstream
+// node-driver-registrar's the lab's registrar.
+func tagNodeDriverImages(ctx context.Context, t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		name, _, _ := strings.Cut(c.Image[strings.LastIndex(c.Image, "/")+1:], ":")
+		src := nodes.Images.Ref(name)
+		if name == "csi-node-driver-registrar" {
+			src = nodes.Images.Ref(kubeletnode.Registrar)
+		}
+		if src == "" {
+			t.Fatalf("container %s: no lab image for %s", c.Name, c.Image)
+		}
+		if err := nodes.TagImage(ctx, src, c.Image); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// removeNodeDriver deletes what deployNodeDriver applied that later tests
+// would meet: the namespace (the DaemonSet and its pods with it), waiting
+// until it is gone, and the CSIDriver; then it forgets the driver's
+// registrations (forgetDriver). The cluster-scoped RBAC stays: applying
+// again updates it.
+func removeNodeDriver(ctx context.Context, t *testing.T, ds *appsv1.DaemonSet) {
+	_ = cluster.Client.CoreV1().Namespaces().Delete(ctx, ds.Namespace, metav1.DeleteOptions{})
+	err := cluster.WaitFor(ctx, 2*podTimeout, func(ctx context.Context) (bool, error) {
+		_, err := cluster.Client.CoreV1().Namespaces().Get(ctx, ds.Namespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("namespace %s is still there: %v; pods: %s", ds.Namespace, err, daemonSetPods(ctx, ds))
+	}
+	_ = cluster.Client.StorageV1().CSIDrivers().Delete(ctx, driver.DefaultName, metav1.DeleteOptions{})
+	forgetDriver(ctx, t, realNodes...)
 }
 
 // apply makes nd's changes to the DaemonSet.

@@ -130,6 +130,12 @@ type keptVolume struct {
 func keepVolume(ctx context.Context, t *testing.T, n *kubeletnode.Node, id, text string) *keptVolume {
 	t.Helper()
 	createMockClaim(ctx, t, id)
+	// Last: the volume's data, which the mock leaves on the node.
+	t.Cleanup(func() {
+		if err := os.RemoveAll(filepath.Join(mockDataDir(n), id)); err != nil {
+			t.Error(err)
+		}
+	})
 	pod := volumePod("volume-keeper", n.Name, id, text, true)
 	if _, err := cluster.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
