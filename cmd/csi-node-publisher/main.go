@@ -67,7 +67,7 @@ func parseArgs(args []string) (config, *logging.Options, error) {
 	fs.StringVar(&c.csiAddress, "csi-address", "/run/csi/socket", "The CSI driver's node socket: an absolute path or unix:///absolute/path. Waited for until it accepts connections.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.StringVar(&c.publisher.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default: $NODE_NAME).")
-	fs.Int64Var(&c.publisher.ReservedVolumes, "reserved-volumes", 0, "Volumes subtracted from the driver's max_volumes_per_node (e.g. for volumes not managed by Kubernetes).")
+	fs.Int64Var(&c.publisher.ReservedVolumes, "reserved-volumes", 0, "Volumes subtracted from the driver's max_volumes_per_node (e.g. for volumes not managed by Kubernetes); not applied while the driver's CSIDriver sets nodeAllocatableUpdatePeriodSeconds (kubelet then owns the count).")
 	fs.DurationVar(&c.publisher.ResyncPeriod, "resync-period", time.Minute, "Re-run NodeGetInfo and re-publish this often.")
 	fs.BoolVar(&c.publisher.CleanupOnExit, "cleanup-on-exit", false, "Remove this driver's CSINode entry on SIGTERM.")
 	fs.DurationVar(&c.heartbeat.LeaseDuration, "lease-duration", heartbeat.DefaultLeaseDuration, "Duration of the driver's heartbeat Lease, renewed while the driver answers Probe: a driver silent this long counts as not live on this node (whole seconds; 0 disables the heartbeat).")

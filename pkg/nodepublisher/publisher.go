@@ -77,6 +77,8 @@ type Publisher struct {
 	lastErr   error
 	driverUp  bool
 	published *storagev1.CSINodeDriver
+
+	countOwner countOwner
 }
 
 // NewPublisher returns a Publisher; metrics may be nil.
@@ -107,8 +109,9 @@ func (p *Publisher) Published() *storagev1.CSINodeDriver {
 	return p.published
 }
 
-// Run publishes now and then every ResyncPeriod, and at once when the
-// driver comes back after being unreachable, until ctx is done. Transient
+// Run publishes now and then every ResyncPeriod, at once when the driver
+// comes back after being unreachable, and at once when another writer
+// changed the published entry (watchCSINode), until ctx is done. Transient
 // failures (driver or apiserver unreachable, conflicts) are retried; a label
 // collision or a negative count ends Run with the error. With CleanupOnExit
 // the entry is removed when ctx ends.
@@ -137,6 +140,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if err := publish(); err != nil {
 		return err
 	}
+	changed := p.watchCSINode(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -145,6 +149,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-resync.C:
+		case <-changed:
 		case <-retry:
 		case <-probe.C:
 			if p.probe(ctx) {
@@ -210,7 +215,7 @@ func (p *Publisher) PublishOnce(ctx context.Context) (err error) {
 
 func (p *Publisher) publish(ctx context.Context, driver string, info *csi.NodeGetInfoResponse) error {
 	logger := klog.FromContext(ctx)
-	entry, err := DriverEntry(driver, info, p.cfg.ReservedVolumes)
+	entry, err := DriverEntry(driver, info, p.reserved(ctx, driver))
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: kubeletnode.Controllers}, func(ctx context.Context, c *controlplane.Cluster) error {
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: kubeletnode.Controllers, AuditPolicy: auditPolicy}, func(ctx context.Context, c *controlplane.Cluster) error {
 		cluster = c
 		var err error
 		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Names: realNodes}, "mock-driver", "csi-node-publisher")
