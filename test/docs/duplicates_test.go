@@ -24,6 +24,8 @@ var notDuplicates = map[string]string{
 	"test/docs.describe":           "words a design.md row, not lab.Describe's namespace dump",
 	"test/e2enode.labelSelection":  "reads the suite's selection from the environment, to configure the lab with",
 	"test/e2erealnode.startDriver": "a driver pod on a real kubelet node, not a heartbeat node's mock driver process",
+	"test/e2erealnode.deletePod":   "deletes with a grace period so that a real kubelet unpublishes the volume first; lab.DeletePod force-deletes (grace 0) pods that never ran",
+	"test/e2erealnode.waitLease":   "any Lease, live or expired, with how long it was silent; lab's HeartbeatNode.WaitLease is a lab node's Lease in the lab's namespace",
 	"test/e2erecord.describe":      "words a count of API calls, not lab.Describe's namespace dump",
 	"test/manifests.startRouter":   "csi-node-router under the RBAC of the manifest being checked, not the lab's",
 }

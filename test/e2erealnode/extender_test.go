@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -20,7 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // filterProbe asks csi-scheduler-extender's /filter whether a pod with an
@@ -44,7 +44,14 @@ func newFilterProbe(ctx context.Context, t *testing.T, heartbeatNS, node, zone s
 	if err := controlplane.BuildProject(ctx, cluster.RepoRoot, bin, "./cmd/csi-scheduler-extender"); err != nil {
 		t.Fatal(err)
 	}
-	addr, health := freeAddr(t), freeAddr(t)
+	addr, err := lab.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, err := lab.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, err := cluster.StartProcess("csi-scheduler-extender", filepath.Join(bin, "csi-scheduler-extender"),
 		[]string{"--driver-name=" + driver.DefaultName, "--kubeconfig=" + cluster.Kubeconfig, "--listen=" + addr,
 			"--http-endpoint=" + health, "--heartbeat-namespace=" + heartbeatNS, "-v=4"}, nil)
@@ -100,17 +107,6 @@ func newFilterProbe(ctx context.Context, t *testing.T, heartbeatNS, node, zone s
 		t.Fatal(err)
 	}
 	return &filterProbe{addr: addr, body: body}
-}
-
-// freeAddr is a free 127.0.0.1 port.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // waitFilter waits until the extender's answer for the node is want
