@@ -75,7 +75,7 @@ type Config struct {
 	// selected node's segment for a class (RESOURCE_EXHAUSTED, or a volume
 	// placed out of the node's reach) delayed claims on nodes of that
 	// segment go back to the scheduler without a CreateVolume. Default 1m.
-	// See fullSegments.
+	// See fullsegments.Holds.
 	FullSegmentHold time.Duration
 	// Identity names this provisioner instance in the
 	// storage.kubernetes.io/csiProvisionerIdentity volume attribute of the

@@ -19,6 +19,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/fullsegments"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -136,8 +137,8 @@ func TestProvisionFullSegment(t *testing.T) {
 				if s.size != "" {
 					size = resource.MustParse(s.size)
 				}
-				if st := e.p.full.status(class, topology.Segment{zoneKey: "z1"}, size.Value()); st.known != s.wantKnown || st.held != s.wantHeld {
-					t.Errorf("%s: mark known %v held %v, want known %v held %v", s.name, st.known, st.held, s.wantKnown, s.wantHeld)
+				if st := e.p.full.Status(class, topology.Segment{zoneKey: "z1"}, size.Value()); st.Known != s.wantKnown || st.Held != s.wantHeld {
+					t.Errorf("%s: mark known %v held %v, want known %v held %v", s.name, st.Known, st.Held, s.wantKnown, s.wantHeld)
 				}
 				if n := len(e.mock.Volumes()); n > 1 || (n == 1 && e.mock.Volumes()[0].Segment[zoneKey] != "z1") {
 					t.Errorf("%s: driver volumes %+v, want none out of z1", s.name, e.mock.Volumes())
@@ -172,9 +173,9 @@ func (e *env) churnStep(t *testing.T, s churnStep, class string) {
 		if state != s.wantState || (s.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), s.wantErr)) {
 			t.Fatalf("%s: Provision = %v, %v; want %v with error containing %q", s.name, state, err, s.wantState, s.wantErr)
 		}
-		var full *segmentFullError
+		var full *fullsegments.HeldError
 		if held := errors.As(err, &full); held != strings.Contains(s.wantErr, "had no room") {
-			t.Errorf("%s: error %v is a segmentFullError: %v", s.name, err, held)
+			t.Errorf("%s: error %v is a HeldError: %v", s.name, err, held)
 		}
 		if pv != nil && pv.Spec.NodeAffinity != nil {
 			if diff := cmp.Diff(zoneAffinity("z1"), pv.Spec.NodeAffinity); diff != "" {
@@ -260,11 +261,11 @@ func TestProvisionFullSegmentPendingClaim(t *testing.T) {
 	if _, _, err := e.provision(t, other, class, n1); err == nil || !strings.Contains(err.Error(), string(RescheduleVolumeNotAccessible)) {
 		t.Fatalf("other claim: %v, want %s", err, RescheduleVolumeNotAccessible)
 	}
-	if st := e.p.full.status("c", topology.Segment{zoneKey: "z1"}, gi); !st.held {
+	if st := e.p.full.Status("c", topology.Segment{zoneKey: "z1"}, gi); !st.Held {
 		t.Fatal("z1 not held after a volume was placed out of reach")
 	}
 	_, _, err := e.provision(t, pending, class, n1)
-	var full *segmentFullError
+	var full *fullsegments.HeldError
 	if errors.As(err, &full) {
 		t.Fatalf("pending claim held: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/fullsegments"
 )
 
 const metricsSubsystem = "csi_topology_provisioner"
@@ -22,13 +23,13 @@ const (
 
 // Metrics are the provisioner's Prometheus metrics (CSI calls are timed by
 // csi-lib-utils' metrics manager on the same registry), with those of
-// capacity publishing (Capacity). A nil *Metrics records nothing.
+// capacity publishing (Capacity) and of full-segment holds. A nil *Metrics records nothing.
 type Metrics struct {
 	operations *metrics.CounterVec
 	durations  *metrics.HistogramVec
 	reschedule *metrics.CounterVec
 	selected   *metrics.HistogramVec
-	fullSegs   *metrics.Gauge
+	fullSegs   *fullsegments.Metrics
 	capacity   *capacity.Metrics
 }
 
@@ -49,10 +50,9 @@ func NewMetrics(reg metrics.KubeRegistry) *Metrics {
 			Help:    "Time from when the provisioner first saw a claim's selected-node annotation to its PV being returned for creation, by storage class.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}},
 			[]string{"storage_class"}),
-		fullSegs: metrics.NewGauge(&metrics.GaugeOpts{Subsystem: metricsSubsystem, Name: "full_segments",
-			Help: "(storage class, segment) pairs the driver recently found without room, each for the smallest size refused; delayed claims there at least that large wait for the hold."}),
 	}
-	reg.MustRegister(m.operations, m.durations, m.reschedule, m.selected, m.fullSegs)
+	reg.MustRegister(m.operations, m.durations, m.reschedule, m.selected)
+	m.fullSegs = fullsegments.NewMetrics(reg)
 	// Registered whether or not capacity is published: the gauge reads 0
 	// without it.
 	m.capacity = capacity.NewMetrics(reg)
@@ -103,8 +103,10 @@ func (m *Metrics) observeSelectedToPV(class string, d time.Duration) {
 	}
 }
 
-func (m *Metrics) setFullSegments(n int) {
-	if m != nil {
-		m.fullSegs.Set(float64(n))
+// fullSegments returns the gauge of full-segment holds (nil for a nil m).
+func (m *Metrics) fullSegments() *fullsegments.Metrics {
+	if m == nil {
+		return nil
 	}
+	return m.fullSegs
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/fullsegments"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -131,7 +132,7 @@ type Provisioner struct {
 	// deleted remembers the PVs whose volume was just deleted.
 	deleted *deletedVolumes
 	// full remembers the segments recently found without room, per class.
-	full *fullSegments
+	full *fullsegments.Holds
 	// records is the durable in-flight record (pkg/inflight); nil when it
 	// is off.
 	records *inFlightRecords
@@ -163,7 +164,7 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
 	}
 	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
-		full: newFullSegments(deps.Clock, cfg.FullSegmentHold, deps.Metrics), records: newInFlightRecords(deps.ClaimPatcher, cfg.Node),
+		full: fullsegments.New(deps.Clock, cfg.FullSegmentHold, deps.Metrics.fullSegments()), records: newInFlightRecords(deps.ClaimPatcher, cfg.Node),
 		migration: newMigration(cfg.DriverName), selections: NewSelectionClock(nil)}, nil
 }
 
@@ -286,7 +287,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return p.dropInaccessible(ctx, opts, req, resp.GetVolume(), seg)
 	}
 	if seg != nil {
-		p.full.seen(ctx, class.Name, seg, req.csi.GetCapacityRange().GetRequiredBytes())
+		p.full.Seen(ctx, class.Name, seg, req.csi.GetCapacityRange().GetRequiredBytes())
 	}
 
 	return p.finishPV(ctx, opts, req, resp, migrated, decision)
@@ -319,20 +320,20 @@ func (p *Provisioner) placeRequest(opts controller.ProvisionOptions, req *create
 	strict := p.cfg.StrictTopology
 	var seg topology.Segment
 	if delayed {
-		seg = nodeSegment(reqs)
+		seg = fullsegments.NodeSegment(reqs)
 	}
 	// A claim whose earlier CreateVolume may still be running in the
 	// driver is asked again as before: the idempotent call returns that
 	// volume (holding it would delete a volume perhaps made in the node's
 	// segment; other requirements could be refused).
 	if _, pending := p.backgroundName(claim.UID); seg != nil && !pending {
-		if st := p.full.status(class.Name, seg, req.csi.GetCapacityRange().GetRequiredBytes()); st.held {
+		if st := p.full.Status(class.Name, seg, req.csi.GetCapacityRange().GetRequiredBytes()); st.Held {
 			return nil, "", &attemptEnd{controller.ProvisioningReschedule, RescheduleNoCapacity,
-				&segmentFullError{class: class.Name, segment: seg.String(), status: st}}
-		} else if st.known && !st.wide {
+				&fullsegments.HeldError{Class: class.Name, Segment: seg.String(), Status: st}}
+		} else if st.Known && !st.Wide {
 			// Only the node's segment: the driver must not fall back to a
 			// segment the node cannot reach.
-			reqs, strict = onlySegment(seg), true
+			reqs, strict = fullsegments.OnlySegment(seg), true
 		}
 	}
 	req.csi.AccessibilityRequirements = reqs
@@ -355,7 +356,7 @@ func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.Persiste
 		p.records.get().MarkAbsent(claim)
 	}
 	if reason == RescheduleNoCapacity && seg != nil {
-		p.full.learn(ctx, class, seg, false, req.GetCapacityRange().GetRequiredBytes(), "RESOURCE_EXHAUSTED")
+		p.full.Learn(ctx, class, seg, false, req.GetCapacityRange().GetRequiredBytes(), "RESOURCE_EXHAUSTED")
 	}
 	code := status.Code(err)
 	err = &createVolumeError{name: name, err: err}
@@ -428,7 +429,7 @@ func (p *Provisioner) dropInaccessible(ctx context.Context, opts controller.Prov
 	err := fmt.Errorf("driver placed volume %q in %s, which node %q cannot reach (its segment has no room)",
 		vol.GetVolumeId(), segmentsString(vol.GetAccessibleTopology()), selectedNode)
 	if seg != nil {
-		p.full.learn(ctx, opts.StorageClass.Name, seg, len(vol.GetAccessibleTopology()) > 1, req.csi.GetCapacityRange().GetRequiredBytes(),
+		p.full.Learn(ctx, opts.StorageClass.Name, seg, len(vol.GetAccessibleTopology()) > 1, req.csi.GetCapacityRange().GetRequiredBytes(),
 			"volume placed out of the node's reach")
 	}
 	if derr := p.deleteVolume(ctx, vol.GetVolumeId(), req.csi.Secrets); derr != nil {
@@ -587,7 +588,7 @@ func (p *Provisioner) delete(ctx context.Context, pv *v1.PersistentVolume, migra
 		return err
 	}
 	p.deleted.record(pv.UID)
-	p.full.freed(ctx, affinityTopologies(pv))
+	p.full.Freed(ctx, affinityTopologies(pv))
 	if p.deps.Capacity != nil {
 		p.deps.Capacity.Touch(affinityTopologies(pv))
 	}

@@ -168,7 +168,7 @@ func (p *Provisioner) clearVolume(ctx context.Context, claim *v1.PersistentVolum
 	if err := p.deleteVolume(ctx, id, req.GetSecrets()); err != nil {
 		return "", "", err
 	}
-	p.full.freed(ctx, resp.GetVolume().GetAccessibleTopology())
+	p.full.Freed(ctx, resp.GetVolume().GetAccessibleTopology())
 	if p.deps.Capacity != nil {
 		p.deps.Capacity.Touch(resp.GetVolume().GetAccessibleTopology())
 	}

@@ -1,4 +1,4 @@
-package provisioner
+package fullsegments
 
 import (
 	"strings"
@@ -15,7 +15,15 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
-const rackKey = driver.TopologyPrefix + "rack"
+const (
+	zoneKey = driver.TopologyPrefix + "zone"
+	rackKey = driver.TopologyPrefix + "rack"
+	gi      = int64(1) << 30
+)
+
+func zoneTopo(z string) []*csi.Topology {
+	return []*csi.Topology{{Segments: map[string]string{zoneKey: z}}}
+}
 
 func TestFullSegments(t *testing.T) {
 	const hold = time.Minute
@@ -86,7 +94,7 @@ func TestFullSegments(t *testing.T) {
 			seg: z1r1, bytes: gi, wantKnown: true, wantHeld: true, wantCount: 1},
 		{name: "a larger refusal after the hold sets its size", steps: []step{{learn: "fast", bytes: gi}, {advance: hold}, {learn: "fast", bytes: 50 * gi}},
 			seg: z1r1, bytes: gi, wantKnown: true, wantCount: 1},
-		{name: "a mark not renewed is forgotten at the next learn", steps: []step{{learn: "fast"}, {advance: fullForgetHolds*hold + 1}, {learn: "slow"}},
+		{name: "a mark not renewed is forgotten at the next learn", steps: []step{{learn: "fast"}, {advance: forgetHolds*hold + 1}, {learn: "slow"}},
 			seg: z1r1, wantCount: 1},
 	}
 	for _, tc := range tests {
@@ -94,7 +102,7 @@ func TestFullSegments(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 			reg := metrics.NewKubeRegistry()
-			f := newFullSegments(clk, hold, NewMetrics(reg))
+			f := New(clk, hold, NewMetrics(reg))
 			for _, s := range tc.steps {
 				clk.SetTime(clk.Now().Add(s.advance))
 				seg := s.seg
@@ -102,26 +110,26 @@ func TestFullSegments(t *testing.T) {
 					seg = z1r1
 				}
 				if s.learn != "" {
-					f.learn(ctx, s.learn, seg, s.wide, s.bytes, "test")
+					f.Learn(ctx, s.learn, seg, s.wide, s.bytes, "test")
 				}
 				if s.seen != "" {
-					f.seen(ctx, s.seen, seg, s.bytes)
+					f.Seen(ctx, s.seen, seg, s.bytes)
 				}
-				f.freed(ctx, s.freed)
+				f.Freed(ctx, s.freed)
 			}
 			class := tc.class
 			if class == "" {
 				class = "fast"
 			}
-			st := f.status(class, tc.seg, tc.bytes)
-			if st.known != tc.wantKnown || st.held != tc.wantHeld || st.wide != tc.wantWide {
+			st := f.Status(class, tc.seg, tc.bytes)
+			if st.Known != tc.wantKnown || st.Held != tc.wantHeld || st.Wide != tc.wantWide {
 				t.Errorf("status = known %v held %v wide %v, want known %v held %v wide %v",
-					st.known, st.held, st.wide, tc.wantKnown, tc.wantHeld, tc.wantWide)
+					st.Known, st.Held, st.Wide, tc.wantKnown, tc.wantHeld, tc.wantWide)
 			}
-			if st.known && st.retry != st.learned.Add(hold) {
-				t.Errorf("retry %s, want learned %s + %s", st.retry, st.learned, hold)
+			if st.Known && st.Retry != st.Learned.Add(hold) {
+				t.Errorf("retry %s, want learned %s + %s", st.Retry, st.Learned, hold)
 			}
-			if got, err := testutil.GetGaugeMetricValue(f.metrics.fullSegs); err != nil || int(got) != tc.wantCount {
+			if got, err := testutil.GetGaugeMetricValue(f.metrics.gauge); err != nil || int(got) != tc.wantCount {
 				t.Errorf("full_segments gauge = %v (%v), want %d", got, err, tc.wantCount)
 			}
 		})
@@ -130,8 +138,8 @@ func TestFullSegments(t *testing.T) {
 
 func TestSegmentFullError(t *testing.T) {
 	learned := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	err := &segmentFullError{class: "fast", segment: zoneKey + "=z1",
-		status: fullStatus{known: true, held: true, bytes: 50 * gi, learned: learned, retry: learned.Add(time.Minute)}}
+	err := &HeldError{Class: "fast", Segment: zoneKey + "=z1",
+		Status: Status{Known: true, Held: true, Bytes: 50 * gi, Learned: learned, Retry: learned.Add(time.Minute)}}
 	for _, want := range []string{zoneKey + "=z1", `had no room for StorageClass "fast" at 2026-01-01T12:00:00Z`, "asked again after 2026-01-01T12:01:00Z",
 		"a volume of 50Gi was refused; a smaller claim is asked for at once"} {
 		if !strings.Contains(err.Error(), want) {

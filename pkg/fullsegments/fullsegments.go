@@ -1,4 +1,9 @@
-package provisioner
+// Package fullsegments remembers which (StorageClass, topology segment)
+// pairs the CSI driver recently found without room, so that delayed claims
+// of at least the refused size on nodes there go back to the scheduler
+// instead of costing a CreateVolume (and the DeleteVolume of a volume
+// placed out of the node's reach) on every reschedule.
+package fullsegments
 
 import (
 	"context"
@@ -14,12 +19,12 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
-// fullForgetHolds: a mark not renewed for this many hold times is dropped,
+// forgetHolds: a mark not renewed for this many hold times is dropped,
 // so classes and segments that are gone do not stay in memory; a dropped
 // mark costs at most one more non-strict attempt.
-const fullForgetHolds = 10
+const forgetHolds = 10
 
-// fullSegments remembers, per (StorageClass name, segment of a selected
+// Holds remembers, per (StorageClass name, segment of a selected
 // node for the driver's keys), that the driver found no room there for the
 // class: it placed a delayed claim's volume out of the node's reach, or
 // answered RESOURCE_EXHAUSTED. Each mark keeps the size of the smallest
@@ -42,8 +47,8 @@ const fullForgetHolds = 10
 //	any t   a PV in zone=z1 deleted: the mark is cleared for every class
 //
 // Memory is bounded by the (class, segment) pairs found full in the last
-// fullForgetHolds hold times.
-type fullSegments struct {
+// forgetHolds hold times.
+type Holds struct {
 	clock   clock.PassiveClock
 	hold    time.Duration
 	metrics *Metrics
@@ -66,52 +71,55 @@ type fullMark struct {
 	bytes int64
 }
 
-func newFullSegments(c clock.PassiveClock, hold time.Duration, m *Metrics) *fullSegments {
+// New returns empty Holds on clock c (the real clock when nil) that hold a
+// segment for hold after it was found full; the number of marks is
+// published in m (nil: not published).
+func New(c clock.PassiveClock, hold time.Duration, m *Metrics) *Holds {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &fullSegments{clock: c, hold: hold, metrics: m, marks: map[fullKey]fullMark{}}
+	return &Holds{clock: c, hold: hold, metrics: m, marks: map[fullKey]fullMark{}}
 }
 
-// fullStatus is what fullSegments knows of a (class, segment).
-type fullStatus struct {
-	// known: the segment is known to have had no room for the class;
-	// requirements for it are strict unless wide.
-	known bool
-	// wide: learned from a volume placed in several segments.
-	wide bool
-	// held: within the hold after learned, and the claim is at least as
+// Status is what Holds knows of a (class, segment).
+type Status struct {
+	// Known: the segment is known to have had no room for the class;
+	// requirements for it are strict unless Wide.
+	Known bool
+	// Wide: learned from a volume placed in several segments.
+	Wide bool
+	// Held: within the hold after learned, and the claim is at least as
 	// large as the smallest volume refused; the driver is not asked.
-	held bool
-	// bytes is the smallest size refused within the hold (0: unknown).
-	bytes int64
-	// learned is when the segment was last found full; retry is when the
+	Held bool
+	// Bytes is the smallest size refused within the hold (0: unknown).
+	Bytes int64
+	// Learned is when the segment was last found full; Retry is when the
 	// driver is asked again.
-	learned, retry time.Time
+	Learned, Retry time.Time
 }
 
-// status reports what is known of seg for class, for a claim of bytes.
-func (f *fullSegments) status(class string, seg topology.Segment, bytes int64) fullStatus {
+// Status reports what is known of seg for class, for a claim of bytes.
+func (f *Holds) Status(class string, seg topology.Segment, bytes int64) Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, ok := f.marks[fullKey{class, seg.String()}]
 	if !ok {
-		return fullStatus{}
+		return Status{}
 	}
 	retry := m.learned.Add(f.hold)
 	held := f.clock.Now().Before(retry) && bytes >= m.bytes
-	return fullStatus{known: true, held: held, wide: m.wide, bytes: m.bytes, learned: m.learned, retry: retry}
+	return Status{Known: true, Held: held, Wide: m.wide, Bytes: m.bytes, Learned: m.learned, Retry: retry}
 }
 
-// learn marks seg full for class from now on for volumes of bytes and more
+// Learn marks seg full for class from now on for volumes of bytes and more
 // (renewing an earlier mark; within its hold, the smaller size of the two
-// is kept) and drops marks not renewed for fullForgetHolds hold times.
+// is kept) and drops marks not renewed for forgetHolds hold times.
 // wide: see fullMark.
-func (f *fullSegments) learn(ctx context.Context, class string, seg topology.Segment, wide bool, bytes int64, why string) {
+func (f *Holds) Learn(ctx context.Context, class string, seg topology.Segment, wide bool, bytes int64, why string) {
 	f.mu.Lock()
 	now := f.clock.Now()
 	for k, m := range f.marks {
-		if now.Sub(m.learned) > fullForgetHolds*f.hold {
+		if now.Sub(m.learned) > forgetHolds*f.hold {
 			delete(f.marks, k)
 		}
 	}
@@ -122,15 +130,15 @@ func (f *fullSegments) learn(ctx context.Context, class string, seg topology.Seg
 	f.marks[k] = fullMark{seg: seg, learned: now, wide: wide, bytes: bytes}
 	n := len(f.marks)
 	f.mu.Unlock()
-	f.metrics.setFullSegments(n)
+	f.metrics.set(n)
 	klog.FromContext(ctx).V(2).Info("Segment has no room for the class; no CreateVolume of this size or more for it until the hold has passed",
 		"segment", seg.String(), "storageClass", class, "why", why, "bytes", bytes, "retryAt", now.Add(f.hold))
 }
 
-// seen clears the mark of seg for class: the driver made a volume of bytes
+// Seen clears the mark of seg for class: the driver made a volume of bytes
 // there, at least as large as the smallest one refused. A smaller volume
 // leaves the mark: it tells nothing of room for the larger one.
-func (f *fullSegments) seen(ctx context.Context, class string, seg topology.Segment, bytes int64) {
+func (f *Holds) Seen(ctx context.Context, class string, seg topology.Segment, bytes int64) {
 	f.mu.Lock()
 	k := fullKey{class, seg.String()}
 	m, ok := f.marks[k]
@@ -141,16 +149,16 @@ func (f *fullSegments) seen(ctx context.Context, class string, seg topology.Segm
 	n := len(f.marks)
 	f.mu.Unlock()
 	if ok {
-		f.metrics.setFullSegments(n)
+		f.metrics.set(n)
 		klog.FromContext(ctx).V(2).Info("Capacity seen again", "segment", seg.String(), "storageClass", class)
 	}
 }
 
-// freed ends, for every class, the hold of segments a deleted volume was in:
+// Freed ends, for every class, the hold of segments a deleted volume was in:
 // room was freed there. The marks stay, so the next ask is strict. A volume segment and a mark match when they
 // share a key and agree on every key they share, so a volume reported by
 // zone alone frees every zone×rack segment of its zone.
-func (f *fullSegments) freed(ctx context.Context, volume []*csi.Topology) {
+func (f *Holds) Freed(ctx context.Context, volume []*csi.Topology) {
 	if len(volume) == 0 {
 		return
 	}
@@ -194,33 +202,35 @@ func overlaps(a topology.Segment, b map[string]string) bool {
 	return shared
 }
 
-// segmentFullError is the error of an attempt within the hold.
-type segmentFullError struct {
-	class   string
-	segment string
-	status  fullStatus
+// HeldError is the error of an attempt within the hold: the class and the
+// segment (as topology.Segment.String) held, and what is known of them.
+type HeldError struct {
+	Class   string
+	Segment string
+	Status  Status
 }
 
-func (e *segmentFullError) Error() string {
+// Error says when the segment was found full and when the driver is asked again.
+func (e *HeldError) Error() string {
 	size := ""
-	if e.status.bytes > 0 {
-		size = fmt.Sprintf(" (a volume of %s was refused; a smaller claim is asked for at once)", resource.NewQuantity(e.status.bytes, resource.BinarySI))
+	if e.Status.Bytes > 0 {
+		size = fmt.Sprintf(" (a volume of %s was refused; a smaller claim is asked for at once)", resource.NewQuantity(e.Status.Bytes, resource.BinarySI))
 	}
 	return fmt.Sprintf("segment %s had no room for StorageClass %q at %s%s; the driver is asked again after %s, or sooner when a volume there is deleted",
-		e.segment, e.class, e.status.learned.UTC().Format(time.RFC3339), size, e.status.retry.UTC().Format(time.RFC3339))
+		e.Segment, e.Class, e.Status.Learned.UTC().Format(time.RFC3339), size, e.Status.Retry.UTC().Format(time.RFC3339))
 }
 
-// nodeSegment returns the selected node's segment of delayed-binding
+// NodeSegment returns the selected node's segment of delayed-binding
 // requirements (their first preferred segment), nil without requirements.
-func nodeSegment(reqs *csi.TopologyRequirement) topology.Segment {
+func NodeSegment(reqs *csi.TopologyRequirement) topology.Segment {
 	if len(reqs.GetPreferred()) == 0 {
 		return nil
 	}
 	return topology.Segment(reqs.GetPreferred()[0].GetSegments())
 }
 
-// onlySegment returns requirements of exactly seg, requisite and preferred.
-func onlySegment(seg topology.Segment) *csi.TopologyRequirement {
+// OnlySegment returns requirements of exactly seg, requisite and preferred.
+func OnlySegment(seg topology.Segment) *csi.TopologyRequirement {
 	t := []*csi.Topology{{Segments: map[string]string(seg)}}
 	return &csi.TopologyRequirement{Requisite: t, Preferred: t}
 }
