@@ -23,6 +23,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/informercache"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -164,7 +165,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	}
 	inf := newControllerInformers(cfg, clients)
 	index := topology.NewIndex(cfg.Provisioner.DriverName)
-	indexSynced, err := feedIndex(index, inf.nodes, inf.csiNodes.Informer())
+	indexSynced, err := informercache.FeedIndex(index, inf.nodes, inf.csiNodes.Informer())
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +184,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		}
 	}
 	if cfg.Metrics != nil {
-		if err := registerCacheMetrics(cfg.Metrics, inf.claims, inf.volumes); err != nil {
+		if err := informercache.RegisterMetrics(cfg.Metrics, inf.claims, inf.volumes); err != nil {
 			return nil, err
 		}
 	}
@@ -288,11 +289,11 @@ type controllerInformers struct {
 func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInformers {
 	nd := cfg.Provisioner.Node
 	// Cached objects are trimmed to what the provisioner reads (Nodes to
-	// their labels, CSINodes to the driver's entry): see TrimForDriver.
-	trim := TrimForDriver(cfg.Provisioner.DriverName)
+	// their labels, CSINodes to the driver's entry): see informercache.TrimForDriver.
+	trim := informercache.TrimForDriver(cfg.Provisioner.DriverName)
 	transform := trim
 	if nd != nil {
-		transform = nd.deployment().Transform(TrimForCache)
+		transform = nd.deployment().Transform(informercache.TrimForCache)
 	}
 	var inf controllerInformers
 	inf.factory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod, informers.WithTransform(transform))
@@ -310,7 +311,7 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 			informers.WithTransform(trim), informers.WithTweakListOptions(nodeTweak))
 		nodeFactory = inf.ownNodeFactory
 	}
-	inf.nodes, inf.ownNodes = newNodeInformer(clients.Metadata, nodeFactory, cfg.ResyncPeriod, nodeTweak)
+	inf.nodes, inf.ownNodes = informercache.NewNodeInformer(clients.Metadata, nodeFactory, cfg.ResyncPeriod, nodeTweak)
 	inf.csiNodes = nodeFactory.Storage().V1().CSINodes()
 	return inf
 }
@@ -327,7 +328,7 @@ func newCapacity(cfg ControllerConfig, clients Clients, csiClient ControllerClie
 	// instance has its own.
 	selector := cc.Selector().String()
 	capacityFactory := informers.NewSharedInformerFactoryWithOptions(clients.Capacity, cfg.ResyncPeriod,
-		informers.WithNamespace(cc.Namespace), informers.WithTransform(TrimForCache),
+		informers.WithNamespace(cc.Namespace), informers.WithTransform(informercache.TrimForCache),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	pub := capacity.NewPublisher(cc, clients.Capacity, csiClient, index,
 		factory.Storage().V1().StorageClasses().Lister(), capacityFactory.Storage().V1().CSIStorageCapacities().Lister())
@@ -416,7 +417,7 @@ func scopeToNode(cfg ControllerConfig, clients Clients, p *Provisioner, inf cont
 		return nil, nil
 	}
 	return nodedeploy.NewClaimer(nodedeploy.ClaimerConfig{Node: nd, DriverName: cfg.Provisioner.DriverName, Claims: inf.claims,
-		Classes: classes, Nodes: nodeLister{inf.nodes.GetIndexer()}, Client: clients.Work.CoreV1(), Check: p.nodeMayTake(cfg.Capacity != nil)})
+		Classes: classes, Nodes: informercache.NewNodeLister(inf.nodes.GetIndexer()), Client: clients.Work.CoreV1(), Check: p.nodeMayTake(cfg.Capacity != nil)})
 }
 
 // libraryOptions are the provisioning library's options.
@@ -426,7 +427,7 @@ func libraryOptions(cfg ControllerConfig, inf controllerInformers, libClaims, li
 		controller.ClaimsInformer(libClaims),
 		controller.VolumesInformer(libVolumes),
 		controller.ClassesInformer(inf.classes),
-		controller.NodesLister(nodeLister{inf.nodes.GetIndexer()}),
+		controller.NodesLister(informercache.NewNodeLister(inf.nodes.GetIndexer())),
 		controller.Threadiness(cfg.WorkerThreads),
 		controller.ResyncPeriod(cfg.ResyncPeriod),
 		controller.RateLimiter(retries),
@@ -550,49 +551,6 @@ func selectionHandler(clock *SelectionClock) cache.ResourceEventHandler {
 			}
 			if c, ok := obj.(*v1.PersistentVolumeClaim); ok {
 				clock.Forget(c.UID)
-			}
-		},
-	}
-}
-
-// feedIndex registers the index's handlers on the Node and CSINode informers
-// and returns functions that report when each handler has seen the initial
-// list: requirements computed before that could miss segments.
-func feedIndex(index *topology.Index, nodes, csiNodes cache.SharedIndexInformer) ([]cache.InformerSynced, error) {
-	// A node's name and labels, whether the informer caches Nodes or
-	// their metadata (newNodeInformer).
-	upsertNode := func(o metav1.Object) { index.UpsertNodeLabels(o.GetName(), o.GetLabels()) }
-	nodeReg, err := nodes.AddEventHandler(indexHandler(upsertNode, index.DeleteNode))
-	if err != nil {
-		return nil, fmt.Errorf("watching nodes: %w", err)
-	}
-	csiNodeReg, err := csiNodes.AddEventHandler(indexHandler(index.UpsertCSINode, index.DeleteCSINode))
-	if err != nil {
-		return nil, fmt.Errorf("watching CSINodes: %w", err)
-	}
-	return []cache.InformerSynced{nodeReg.HasSynced, csiNodeReg.HasSynced}, nil
-}
-
-// indexHandler feeds informer events of one object type to the index: adds
-// and updates to upsert, deletions (also as tombstones) to remove.
-func indexHandler[T metav1.Object](upsert func(T), remove func(name string)) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if o, ok := obj.(T); ok {
-				upsert(o)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if o, ok := obj.(T); ok {
-				upsert(o)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if o, ok := obj.(T); ok {
-				remove(o.GetName())
 			}
 		},
 	}

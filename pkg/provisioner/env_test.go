@@ -28,6 +28,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/informercache"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -167,7 +168,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	index := topology.NewIndex(driverName)
 	csiNodes := factory.Storage().V1().CSINodes()
 	classes := factory.Storage().V1().StorageClasses().Lister()
-	indexSynced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), csiNodes.Informer())
+	indexSynced, err := informercache.FeedIndex(index, factory.Core().V1().Nodes().Informer(), csiNodes.Informer())
 	if err != nil {
 		t.Fatal(err)
 	}

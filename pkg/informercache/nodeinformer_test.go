@@ -1,4 +1,4 @@
-package provisioner
+package informercache
 
 import (
 	"testing"
@@ -33,12 +33,12 @@ func TestMetadataNodeInformer(t *testing.T) {
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme, node)
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(makeCSINode("n1", "zone")), 0)
-	inf, own := newNodeInformer(meta, factory, 0, nil)
+	inf, own := NewNodeInformer(meta, factory, 0, nil)
 	if !own {
 		t.Fatal("a metadata client must give the provisioner its own Node informer")
 	}
 	index := topology.NewIndex(testDriver)
-	indexSynced, err := feedIndex(index, inf, factory.Storage().V1().CSINodes().Informer())
+	indexSynced, err := FeedIndex(index, inf, factory.Storage().V1().CSINodes().Informer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestMetadataNodeInformer(t *testing.T) {
 	if _, err := lister.Get("n2"); !apierrors.IsNotFound(err) {
 		t.Errorf("Get of a missing node: %v, want NotFound", err)
 	}
-	if _, own := newNodeInformer(nil, factory, 0, nil); own {
+	if _, own := NewNodeInformer(nil, factory, 0, nil); own {
 		t.Error("without a metadata client the Node informer is the factory's")
 	}
 }

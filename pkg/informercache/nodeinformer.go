@@ -1,4 +1,4 @@
-package provisioner
+package informercache
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ import (
 // nodeFromMetadata is the transform of the metadata-only Node informer: it
 // keeps of each PartialObjectMetadata what TrimForCache keeps of a Node,
 // as a PartialObjectMetadata: 288 bytes a node, where a *v1.Node with an
-// empty spec and status takes 768. nodeLister serves them as *v1.Node.
+// empty spec and status takes 768. NewNodeLister serves them as *v1.Node.
 func nodeFromMetadata(obj any) (any, error) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
 		return &metav1.PartialObjectMetadata{ObjectMeta: identity(m.ObjectMeta, internLabels(m.ObjectMeta.Labels, m.Name))}, nil
@@ -33,7 +33,9 @@ func nodeFromMetadata(obj any) (any, error) {
 // whose labels are the cache's: read only, as with any lister.
 type nodeLister struct{ indexer cache.Indexer }
 
-var _ corelisters.NodeLister = nodeLister{}
+// NewNodeLister serves indexer, the cache of a Node informer of
+// NewNodeInformer, as *v1.Node.
+func NewNodeLister(indexer cache.Indexer) corelisters.NodeLister { return nodeLister{indexer} }
 
 func (l nodeLister) List(selector labels.Selector) ([]*v1.Node, error) {
 	var out []*v1.Node
@@ -71,21 +73,21 @@ func asNode(obj any) *v1.Node {
 	return nil
 }
 
-// newNodeInformer returns the provisioner's Node informer. With a metadata
+// NewNodeInformer returns the provisioner's Node informer. With a metadata
 // client it watches Nodes as metadata only: the API server then sends
 // neither their spec nor their status (most of a Node's bytes, and what
 // every kubelet heartbeat changes), so nothing of it is decoded, and the
 // cache holds their trimmed metadata (run it with Run). Without one it is
 // the factory's typed informer, trimmed by TrimForCache (started with the
-// factory). Read it through nodeLister, and its events as metav1.Object.
+// factory); own reports the former. Read it through NewNodeLister, and its events as metav1.Object.
 // tweak narrows what the metadata informer lists (node
 // deployment: the instance's own node); the factory's own options narrow
 // the typed one.
-func newNodeInformer(meta metadata.Interface, factory informers.SharedInformerFactory, resync time.Duration, tweak func(*metav1.ListOptions)) (cache.SharedIndexInformer, bool) {
+func NewNodeInformer(meta metadata.Interface, factory informers.SharedInformerFactory, resync time.Duration, tweak func(*metav1.ListOptions)) (inf cache.SharedIndexInformer, own bool) {
 	if meta == nil {
 		return factory.Core().V1().Nodes().Informer(), false
 	}
-	inf := metadatainformer.NewFilteredMetadataInformer(meta, v1.SchemeGroupVersion.WithResource("nodes"), metav1.NamespaceAll,
+	inf = metadatainformer.NewFilteredMetadataInformer(meta, v1.SchemeGroupVersion.WithResource("nodes"), metav1.NamespaceAll,
 		resync, cache.Indexers{}, tweak).Informer()
 	// Only fails once the informer runs.
 	_ = inf.SetTransform(nodeFromMetadata)

@@ -1,4 +1,4 @@
-package provisioner
+package informercache
 
 import (
 	"fmt"
@@ -8,14 +8,17 @@ import (
 	"k8s.io/component-base/metrics"
 )
 
-// registerCacheMetrics exports how many claims and PVs the controller's
+// metricsSubsystem is the provisioner's, so the metrics keep their names.
+const metricsSubsystem = "csi_topology_provisioner"
+
+// RegisterMetrics exports how many claims and PVs the controller's
 // informers hold (csi_topology_provisioner_cached_claims and
 // _cached_volumes) and how many watch events they received
 // (csi_topology_provisioner_cache_events_total{resource}): with selection by
 // label a node's instance holds its own node's only, whatever the size of
 // the cluster, and receives nothing when other nodes' claims and PVs
 // change.
-func registerCacheMetrics(reg metrics.KubeRegistry, claims, volumes cache.SharedIndexInformer) error {
+func RegisterMetrics(reg metrics.KubeRegistry, claims, volumes cache.SharedIndexInformer) error {
 	events := metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: metricsSubsystem, Name: "cache_events_total",
 		Help: "Watch events (adds, updates, deletes; the initial list's adds included, resyncs not) the provisioner's informer of claims or volumes received."},
 		[]string{"resource"})

@@ -1,4 +1,9 @@
-package provisioner
+// Package informercache holds what every mode of the provisioner does to
+// its informers' caches: the transforms that trim objects before they are
+// cached (TrimForCache, TrimForDriver), the metadata-only Node informer and
+// the lister that serves it as *v1.Node (NewNodeInformer, NewNodeLister),
+// and the metrics of the claim and PV caches (RegisterMetrics).
+package informercache
 
 import (
 	"unique"

@@ -1,4 +1,4 @@
-package provisioner
+package informercache
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestCacheEventsMetric(t *testing.T) {
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	volumes := factory.Core().V1().PersistentVolumes().Informer()
 	reg := metrics.NewKubeRegistry()
-	if err := registerCacheMetrics(reg, claims, volumes); err != nil {
+	if err := RegisterMetrics(reg, claims, volumes); err != nil {
 		t.Fatal(err)
 	}
 	var resyncs atomic.Int32
