@@ -13,6 +13,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
@@ -54,7 +55,7 @@ type config struct {
 	// nodeDeployment is --node-deployment; node holds its tuning and
 	// $NODE_NAME (the topology comes from the driver at start-up).
 	nodeDeployment bool
-	node           provisioner.NodeDeployment
+	node           nodedeploy.Config
 	// releasePages is $CSI_PROVISIONER_RELEASE_STARTUP_PAGES, by default
 	// nodeDeployment (releaseStartupPages).
 	releasePages bool

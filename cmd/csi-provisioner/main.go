@@ -28,6 +28,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -316,7 +317,7 @@ func newMux(ctx context.Context, cfg config, mm metrics.CSIMetricsManager, h *he
 // nodeDeployment completes --node-deployment's configuration with the
 // node's topology as its driver reports it (NodeGetInfo): the driver must
 // serve its node service on the same socket.
-func nodeDeployment(ctx context.Context, cfg config, conn *grpc.ClientConn) (*provisioner.NodeDeployment, error) {
+func nodeDeployment(ctx context.Context, cfg config, conn *grpc.ClientConn) (*nodedeploy.Config, error) {
 	callCtx, cancel := context.WithTimeout(ctx, cfg.controller.Provisioner.Timeout)
 	defer cancel()
 	info, err := csi.NewNodeClient(conn).NodeGetInfo(callCtx, &csi.NodeGetInfoRequest{})

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"sigs.k8s.io/yaml"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 )
 
 // quietFlagSet is newFlagSet without usage output on errors.
@@ -98,20 +98,20 @@ func TestNodeDeploymentFlags(t *testing.T) {
 		nodeName string
 		args     []string
 		wantErr  string
-		want     provisioner.NodeDeployment
+		want     nodedeploy.Config
 	}{
 		{name: "without NODE_NAME", args: []string{"--node-deployment"},
 			wantErr: "--node-deployment needs the NODE_NAME environment variable"},
 		{name: "defaults", nodeName: "n1", args: []string{"--node-deployment"},
-			want: provisioner.NodeDeployment{NodeName: "n1", ImmediateBinding: true, BaseDelay: 20 * time.Second, MaxDelay: time.Minute}},
+			want: nodedeploy.Config{NodeName: "n1", ImmediateBinding: true, BaseDelay: 20 * time.Second, MaxDelay: time.Minute}},
 		{name: "tuned", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-immediate-binding=false", "--node-deployment-base-delay=1s", "--node-deployment-max-delay=2m"},
-			want: provisioner.NodeDeployment{NodeName: "n1", BaseDelay: time.Second, MaxDelay: 2 * time.Minute}},
+			want: nodedeploy.Config{NodeName: "n1", BaseDelay: time.Second, MaxDelay: 2 * time.Minute}},
 		{name: "with leader election", nodeName: "n1", args: []string{"--node-deployment", "--leader-election"},
 			wantErr: "--node-deployment and --leader-election=true exclude each other"},
 		{name: "max below base", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-base-delay=2m", "--node-deployment-max-delay=1m"},
 			wantErr: "--node-deployment-base-delay must be positive and at most --node-deployment-max-delay"},
 		{name: "selection by label", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-selection=label"},
-			want: provisioner.NodeDeployment{NodeName: "n1", ImmediateBinding: true, BaseDelay: 20 * time.Second, MaxDelay: time.Minute, LabelSelection: true}},
+			want: nodedeploy.Config{NodeName: "n1", ImmediateBinding: true, BaseDelay: 20 * time.Second, MaxDelay: time.Minute, LabelSelection: true}},
 		{name: "unknown selection", nodeName: "n1", args: []string{"--node-deployment", "--node-deployment-selection=field"},
 			wantErr: `--node-deployment-selection="field": want all or label`},
 		{name: "off, tuning accepted", args: []string{"--node-deployment=false", "--node-deployment-base-delay=1s", "--leader-election"}},
@@ -122,7 +122,7 @@ func TestNodeDeploymentFlags(t *testing.T) {
 			c, _, err := parseArgs(tc.args, io.Discard)
 			checkErr(t, err, tc.wantErr)
 			if err == nil && c.nodeDeployment {
-				if diff := cmp.Diff(tc.want, c.node, cmpopts.IgnoreUnexported(provisioner.NodeDeployment{})); diff != "" {
+				if diff := cmp.Diff(tc.want, c.node, cmpopts.IgnoreUnexported(nodedeploy.Config{})); diff != "" {
 					t.Errorf("node deployment (-want +got):\n%s", diff)
 				}
 			}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 )
 
 // Config holds the behaviour switches of a Provisioner. Zero values are
@@ -85,7 +87,7 @@ type Config struct {
 	Identity string
 	// Node, when set, makes this the instance of one node (node
 	// deployment); nil: one provisioner for the whole cluster.
-	Node *NodeDeployment
+	Node *nodedeploy.Config
 }
 
 const (
@@ -104,7 +106,7 @@ func (c Config) withDefaults() Config {
 	if c.FullSegmentHold <= 0 {
 		c.FullSegmentHold = defaultFullSegmentHold
 	}
-	c.Node = c.Node.withDefaults()
+	c.Node = c.Node.WithDefaults()
 	if c.Identity == "" {
 		c.Identity = fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), c.DriverName)
 		if c.Node != nil {

@@ -95,7 +95,7 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
-	c.Provisioner.Node = c.Provisioner.Node.withDefaults()
+	c.Provisioner.Node = c.Provisioner.Node.WithDefaults()
 	return c
 }
 
@@ -293,12 +293,12 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 	trim := informercache.TrimForDriver(cfg.Provisioner.DriverName)
 	transform := trim
 	if nd != nil {
-		transform = nd.deployment().Transform(informercache.TrimForCache)
+		transform = nd.Transform(informercache.TrimForCache)
 	}
 	var inf controllerInformers
 	inf.factory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod, informers.WithTransform(transform))
 	if nd != nil && nd.LabelSelection {
-		nd.deployment().ScopeInformers(inf.factory, cfg.Provisioner.DriverName)
+		nd.ScopeInformers(inf.factory, cfg.Provisioner.DriverName)
 	}
 	inf.claims = inf.factory.Core().V1().PersistentVolumeClaims().Informer()
 	inf.volumes = inf.factory.Core().V1().PersistentVolumes().Informer()
@@ -306,7 +306,7 @@ func newControllerInformers(cfg ControllerConfig, clients Clients) controllerInf
 	// With node deployment, the node's own Node and CSINode only.
 	nodeFactory, nodeTweak := inf.factory, func(*metav1.ListOptions) {}
 	if nd != nil {
-		nodeTweak = nd.deployment().NodeFieldSelector
+		nodeTweak = nd.NodeFieldSelector
 		inf.ownNodeFactory = informers.NewSharedInformerFactoryWithOptions(clients.Work, cfg.ResyncPeriod,
 			informers.WithTransform(trim), informers.WithTweakListOptions(nodeTweak))
 		nodeFactory = inf.ownNodeFactory
@@ -404,7 +404,7 @@ func wireCapacity(cfg ControllerConfig, pub *capacity.Publisher, deps *Deps, ind
 // claims and volumes and returns the claimer of immediate-binding claims
 // (nil without ImmediateBinding, or without node deployment).
 func scopeToNode(cfg ControllerConfig, clients Clients, p *Provisioner, inf controllerInformers, libClaims, libVolumes *replayInformer) (*nodedeploy.Claimer, error) {
-	nd := cfg.Provisioner.Node.deployment()
+	nd := cfg.Provisioner.Node
 	if nd == nil {
 		return nil, nil
 	}

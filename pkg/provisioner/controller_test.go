@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 )
 
 // TestControllerProvisionsClaim runs the whole controller (library, shared
@@ -117,7 +118,7 @@ func TestControllerProvisionsClaim(t *testing.T) {
 func TestCapacityConfigFromProvisioner(t *testing.T) {
 	cfg := ControllerConfig{Capacity: &capacity.Config{Namespace: "ns"}}
 	cfg.Provisioner.DriverName = testDriver
-	cfg.Provisioner.Node = &NodeDeployment{NodeName: "node-1"}
+	cfg.Provisioner.Node = &nodedeploy.Config{NodeName: "node-1"}
 	cc := capacityConfig(cfg)
 	if cc.DriverName != testDriver || cc.ManagedBy != capacity.ManagedBy("node-1") || cc.Namespace != "ns" {
 		t.Errorf("capacityConfig = driver %q, managed-by %q, namespace %q; want %q, %q, ns", cc.DriverName, cc.ManagedBy, cc.Namespace,

@@ -76,10 +76,10 @@ func (d *deletedVolumes) recent(uid types.UID) bool {
 // being deleted and whose volume this process deleted moments ago is not
 // deleted again (see deletedVolumes). With node deployment, a PV whose
 // volume is on another node is that node's instance's
-// (NodeDeployment.ownsVolume). Every other PV is left to the library's own
+// (nodedeploy.Config.OwnsVolume). Every other PV is left to the library's own
 // checks.
 func (p *Provisioner) ShouldDelete(ctx context.Context, pv *v1.PersistentVolume) bool {
-	if !p.cfg.Node.ownsVolume(pv) {
+	if !p.cfg.Node.OwnsVolume(pv) {
 		return false
 	}
 	if pv.DeletionTimestamp != nil && p.deleted.recent(pv.UID) {

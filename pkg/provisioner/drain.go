@@ -40,7 +40,7 @@ func (p *Provisioner) refuseWhileStopping() error {
 // settled reports whether no provision runs and every PV a provision
 // returned has been created and has freed its claim of the record.
 func (p *Provisioner) settled() bool {
-	return p.calls.Load() == 0 && p.records.get().AwaitingPV() == 0
+	return p.calls.Load() == 0 && p.records.AwaitingPV() == 0
 }
 
 // drain is what a leading Controller does once asked to stop, before its

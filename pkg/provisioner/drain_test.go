@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
 
 // gatedCreate holds every CreateVolume until open is closed (or the call's
@@ -109,7 +111,7 @@ func TestStopFinishesInFlightCreate(t *testing.T) {
 			go func() { done <- ctrl.Run(runCtx) }()
 
 			waitChan(t, gate.entered, "CreateVolume")
-			if got := getClaim(t, ctx, client, claim.PersistentVolumeClaim); !HasInFlightFinalizer(got) {
+			if got := getClaim(t, ctx, client, claim.PersistentVolumeClaim); !inflight.HasFinalizer(got) {
 				t.Fatalf("claim without the in-flight record while its CreateVolume runs: %v", got.Finalizers)
 			}
 			if tc.releaseAfterStop != nil && !*tc.releaseAfterStop {
@@ -131,8 +133,8 @@ func TestStopFinishesInFlightCreate(t *testing.T) {
 				t.Errorf("after the stop: PV of the claim %t (%d PVs), want %t", gotPV, len(pvs.Items), tc.wantPV)
 			}
 			got := getClaim(t, ctx, client, claim.PersistentVolumeClaim)
-			if HasInFlightFinalizer(got) != tc.wantRecord {
-				t.Errorf("after the stop: in-flight record %t (finalizers %v), want %t", HasInFlightFinalizer(got), got.Finalizers, tc.wantRecord)
+			if inflight.HasFinalizer(got) != tc.wantRecord {
+				t.Errorf("after the stop: in-flight record %t (finalizers %v), want %t", inflight.HasFinalizer(got), got.Finalizers, tc.wantRecord)
 			}
 		})
 	}
@@ -163,7 +165,7 @@ func TestHandBackDropsRecordOfAbsentVolume(t *testing.T) {
 	if err != nil {
 		t.Fatalf("claim not handed back: %v", err)
 	}
-	if HasInFlightFinalizer(got) {
+	if inflight.HasFinalizer(got) {
 		t.Errorf("claim handed back after RESOURCE_EXHAUSTED keeps the in-flight record: %v", got.Finalizers)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
@@ -240,17 +241,17 @@ func (g *guardClaims) Update(ctx context.Context, claim *v1.PersistentVolumeClai
 	}
 	// A claim whose last CreateVolume said that no volume of its name
 	// exists loses its record with the same write.
-	absent := g.p != nil && g.p.records.get().IsAbsent(claim.UID)
+	absent := g.p != nil && g.p.records.IsAbsent(claim.UID)
 	got, err := g.writes.Write(ctx, claim, inflight.HandBack(claim.UID, g.dropRecord || absent, g.handBackLabel(claim), opts))
 	if err == nil && absent && len(opts.DryRun) == 0 {
-		g.p.records.get().Forget(claim.UID)
+		g.p.records.Forget(claim.UID)
 	}
 	return got, err
 }
 
 // handBackLabel is the node label a claim handed back gets with node
 // deployment (nil: the label is left alone): the pool's for a claim of an
-// immediate-binding class, none otherwise (handBackLabel). A class the
+// immediate-binding class, none otherwise (nodedeploy.HandBackLabel). A class the
 // cache does not hold leaves the label to csi-node-router.
 func (g *guardClaims) handBackLabel(claim *v1.PersistentVolumeClaim) *inflight.Label {
 	if g.p == nil || g.p.cfg.Node == nil || g.p.deps.Classes == nil {
@@ -260,20 +261,7 @@ func (g *guardClaims) handBackLabel(claim *v1.PersistentVolumeClaim) *inflight.L
 	if err != nil {
 		return nil
 	}
-	return &inflight.Label{Key: nodelabel.Key, Value: handBackLabel(g.p.cfg.DriverName, class)}
-}
-
-// setLabel sets a label, or removes it when value is "" (node
-// deployment's claim take).
-func setLabel(m *metav1.ObjectMeta, key, value string) {
-	if value == "" {
-		delete(m.Labels, key)
-		return
-	}
-	if m.Labels == nil {
-		m.Labels = map[string]string{}
-	}
-	m.Labels[key] = value
+	return &inflight.Label{Key: nodelabel.Key, Value: nodedeploy.HandBackLabel(g.p.cfg.DriverName, class)}
 }
 
 // trimmedEvents implements the event sink methods the library's broadcaster

@@ -162,7 +162,7 @@ func TestGuardRescheduleByUpdateWhenPatchRefused(t *testing.T) {
 	if _, ok := got.Annotations[annSelectedNode]; ok {
 		t.Error("selected-node still set")
 	}
-	if !HasInFlightFinalizer(got) || got.Annotations["example.com/keep"] != "yes" {
+	if !inflight.HasFinalizer(got) || got.Annotations["example.com/keep"] != "yes" {
 		t.Errorf("the newer claim's record or annotation lost: %v %v", got.Finalizers, got.Annotations)
 	}
 }

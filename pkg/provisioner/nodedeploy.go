@@ -10,35 +10,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
-
-// NodeDeployment makes a Provisioner the instance of one node: its fields
-// and rules are nodedeploy.Config's. The core asks it only whether a claim
-// or a PV is this instance's (ownsClaim, ownsVolume) and which label the
-// instance writes; the informers' scope and the claimer of
-// immediate-binding claims are wired by the Controller (controller.go).
-type NodeDeployment nodedeploy.Config
-
-// deployment is n as node deployment's package has it (nil for nil).
-func (n *NodeDeployment) deployment() *nodedeploy.Config { return (*nodedeploy.Config)(n) }
-
-func (n *NodeDeployment) withDefaults() *NodeDeployment {
-	return (*NodeDeployment)(n.deployment().WithDefaults())
-}
-
-// ownsClaim is nodedeploy.Config.OwnsClaim: without node deployment every
-// claim is this instance's.
-func (n *NodeDeployment) ownsClaim(obj any) bool { return n.deployment().OwnsClaim(obj) }
-
-// ownsVolume is nodedeploy.Config.OwnsVolume: without node deployment every
-// PV is this instance's.
-func (n *NodeDeployment) ownsVolume(obj any) bool { return n.deployment().OwnsVolume(obj) }
-
-// handBackLabel is nodedeploy.HandBackLabel.
-func handBackLabel(driver string, class *storagev1.StorageClass) string {
-	return nodedeploy.HandBackLabel(driver, class)
-}
 
 // driverNotLiveError: the node's driver does not answer, so a claim selected
 // for the node is handed back to the scheduler.
@@ -72,7 +45,7 @@ func (p *Provisioner) driverLive() error {
 // instance of its selected node (the library's workers read the claim again
 // when they get to it, and by then it may have moved to another node).
 func (p *Provisioner) ShouldProvision(_ context.Context, claim *v1.PersistentVolumeClaim) bool {
-	return claimFor(p.cfg.DriverName, claim) && p.cfg.Node.ownsClaim(claim)
+	return claimFor(p.cfg.DriverName, claim) && p.cfg.Node.OwnsClaim(claim)
 }
 
 // beforeHandBack runs before a node deployment's instance hands a claim
@@ -86,7 +59,7 @@ func (p *Provisioner) ShouldProvision(_ context.Context, claim *v1.PersistentVol
 // and is retried.
 func (p *Provisioner) beforeHandBack(ctx context.Context, opts controller.ProvisionOptions, err error) (controller.ProvisioningState, error) {
 	claim := opts.PVC
-	if p.cfg.Node == nil || p.records == nil || !HasInFlightFinalizer(claim) || p.records.lastRequest(claim.UID) != nil {
+	if p.cfg.Node == nil || p.records == nil || !inflight.HasFinalizer(claim) || p.records.LastRequest(claim.UID) != nil {
 		return controller.ProvisioningReschedule, err
 	}
 	if lerr := p.driverLive(); lerr != nil {

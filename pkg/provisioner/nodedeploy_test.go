@@ -12,12 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 )
 
 // n1Deployment is the instance of node n1 (zone z1) of threeZones.
-func n1Deployment() *NodeDeployment {
-	return (&NodeDeployment{NodeName: "n1", Topology: map[string]string{zoneKey: "z1"}, ImmediateBinding: true,
-		BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond}).withDefaults()
+func n1Deployment() *nodedeploy.Config {
+	return (&nodedeploy.Config{NodeName: "n1", Topology: map[string]string{zoneKey: "z1"}, ImmediateBinding: true,
+		BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond}).WithDefaults()
 }
 
 // A node's instance creates volumes only for claims the API shows
@@ -94,7 +97,7 @@ func TestGuardRescheduleDropsRecordOfNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := e.claim(t, "apps", "data")
-	if _, ok := got.Annotations[annSelectedNode]; ok || HasInFlightFinalizer(got) {
+	if _, ok := got.Annotations[annSelectedNode]; ok || inflight.HasFinalizer(got) {
 		t.Errorf("claim after the reschedule: annotations %v, finalizers %v; want neither the selected node nor the record", got.Annotations, got.Finalizers)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
@@ -41,14 +42,14 @@ func TestLabelSelectionScopesInformers(t *testing.T) {
 		claim("other-pool", nodelabel.PoolValue("other.example.com")), pv("pv-own", "n1"), pv("pv-other", "n2"), pv("pv-unlabelled", "")}
 	tests := []struct {
 		name                   string
-		node                   *NodeDeployment
+		node                   *nodedeploy.Config
 		wantClaims, wantVolume []string
 	}{
-		{name: "label, immediate binding", node: &NodeDeployment{NodeName: "n1", ImmediateBinding: true, LabelSelection: true},
+		{name: "label, immediate binding", node: &nodedeploy.Config{NodeName: "n1", ImmediateBinding: true, LabelSelection: true},
 			wantClaims: []string{"own", "pooled"}, wantVolume: []string{"pv-own"}},
-		{name: "label, no immediate binding", node: &NodeDeployment{NodeName: "n1", LabelSelection: true},
+		{name: "label, no immediate binding", node: &nodedeploy.Config{NodeName: "n1", LabelSelection: true},
 			wantClaims: []string{"own"}, wantVolume: []string{"pv-own"}},
-		{name: "all", node: &NodeDeployment{NodeName: "n1", ImmediateBinding: true},
+		{name: "all", node: &nodedeploy.Config{NodeName: "n1", ImmediateBinding: true},
 			wantClaims: []string{"other", "other-pool", "own", "pooled", "unlabelled"}, wantVolume: []string{"pv-other", "pv-own", "pv-unlabelled"}},
 	}
 	for _, tc := range tests {
@@ -118,9 +119,9 @@ func TestLibraryWriteAfterHandBack(t *testing.T) {
 		{name: "claim of an unknown class", immediate: true, claim: makePVC("c", "gone").PersistentVolumeClaim},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nd := &NodeDeployment{NodeName: "node-1", ImmediateBinding: tc.immediate, LabelSelection: true}
+			nd := &nodedeploy.Config{NodeName: "node-1", ImmediateBinding: tc.immediate, LabelSelection: true}
 			inf := newReplayInformer(cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.PersistentVolumeClaim{}, 0, cache.Indexers{}), pendingClaim)
-			inf.keep = nd.deployment().KeepAfterWrite(testDriver, lister)
+			inf.keep = nd.KeepAfterWrite(testDriver, lister)
 			// The watch's delete came first: the store is empty when the
 			// library writes its copy.
 			if err := inf.GetStore().Update(tc.claim); err != nil {

@@ -135,7 +135,7 @@ type Provisioner struct {
 	full *fullsegments.Holds
 	// records is the durable in-flight record (pkg/inflight); nil when it
 	// is off.
-	records *inFlightRecords
+	records *inflight.Records
 	// selections times claims from selected-node to PV, fed by the
 	// Controller's claim informer (SelectionClock).
 	selections *SelectionClock
@@ -164,7 +164,7 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 		return nil, errors.New("provisioner: CSI, Secrets, CSINodes and Index are required")
 	}
 	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
-		full: fullsegments.New(deps.Clock, cfg.FullSegmentHold, deps.Metrics.fullSegments()), records: newInFlightRecords(deps.ClaimPatcher, cfg.Node),
+		full: fullsegments.New(deps.Clock, cfg.FullSegmentHold, deps.Metrics.fullSegments()), records: newRecords(deps.ClaimPatcher, cfg.Node),
 		migration: newMigration(cfg.DriverName), selections: NewSelectionClock(nil)}, nil
 }
 
@@ -190,10 +190,10 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	}
 	p.calls.Add(1)
 	defer p.calls.Add(-1)
-	defer p.records.get().Enter(opts.PVC.UID)()
+	defer p.records.Enter(opts.PVC.UID)()
 	// Only this attempt's outcome decides how slowly the next one comes.
 	p.deps.Retries.Unmark(opts.PVC.UID)
-	if !p.cfg.Node.ownsClaim(opts.PVC) {
+	if !p.cfg.Node.OwnsClaim(opts.PVC) {
 		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "claim selected for another node"}
 	}
 	// The PV is named after the volume (pvname.go), not pvc-<claim UID>.
@@ -353,7 +353,7 @@ func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.Persiste
 	name := req.GetName()
 	state, reason := createVolumeState(err, delayed)
 	if _, pending := p.backgroundName(claim.UID); !pending && inflight.VolumeAbsent(err) {
-		p.records.get().MarkAbsent(claim)
+		p.records.MarkAbsent(claim)
 	}
 	if reason == RescheduleNoCapacity && seg != nil {
 		p.full.Learn(ctx, class, seg, false, req.GetCapacityRange().GetRequiredBytes(), "RESOURCE_EXHAUSTED")

@@ -94,7 +94,7 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 		name := req.attributesClass
 		pv.Spec.VolumeAttributesClassName = &name
 	}
-	p.cfg.Node.deployment().LabelVolume(pv)
+	p.cfg.Node.LabelVolume(pv)
 	return pv, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 )
 
 // With --controller-publish-readonly a PV is read-only exactly when its
@@ -78,7 +79,7 @@ func TestProvisionerIdentity(t *testing.T) {
 		t.Errorf("volume context lost: %v", attrs)
 	}
 
-	if got := (Config{DriverName: testDriver, Node: &NodeDeployment{NodeName: "n1"}}).withDefaults().Identity; !strings.HasSuffix(got, "-"+testDriver+"-n1") {
+	if got := (Config{DriverName: testDriver, Node: &nodedeploy.Config{NodeName: "n1"}}).withDefaults().Identity; !strings.HasSuffix(got, "-"+testDriver+"-n1") {
 		t.Errorf("node deployment identity = %q, want it to end with -%s-n1", got, testDriver)
 	}
 	p := &Provisioner{cfg: Config{DriverName: testDriver, Identity: "ours"}}

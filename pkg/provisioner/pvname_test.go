@@ -229,7 +229,7 @@ func TestRecordKeeperFindsPVByClaim(t *testing.T) {
 				records: true, objs: []runtime.Object{claim.PersistentVolumeClaim, pv, makeClass("zonal").StorageClass}})
 			startRecordKeeper(t, e)
 			if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				return !HasInFlightFinalizer(e.claim(t, "apps", "data")), nil
+				return !inflight.HasFinalizer(e.claim(t, "apps", "data")), nil
 			}); err != nil {
 				t.Errorf("the claim keeps its in-flight record although PV %s refers to it", pvName)
 			}

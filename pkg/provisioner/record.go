@@ -23,52 +23,27 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 )
 
-// inFlightRecords is the core's handle on the in-flight record
-// (pkg/inflight): open before CreateVolume (openRecord), done when a PV is
-// returned (recordOutcome), and clearing what is left through the driver
-// (recordVolumes, clearVolume). A nil *inFlightRecords is the record
-// switched off.
-type inFlightRecords struct{ *inflight.Records }
-
-func newInFlightRecords(claims corev1client.PersistentVolumeClaimsGetter, node *NodeDeployment) *inFlightRecords {
+// newRecords returns the in-flight record (pkg/inflight) of the claims
+// this instance owns: open before CreateVolume (openRecord), done when a PV
+// is returned (recordOutcome), and clearing what is left through the
+// driver (recordVolumes, clearVolume). nil is the record switched off,
+// whose methods do nothing.
+func newRecords(claims corev1client.PersistentVolumeClaimsGetter, node *nodedeploy.Config) *inflight.Records {
 	cfg := inflight.Config{Claims: claims}
 	if node != nil {
-		cfg.Owns, cfg.Node = func(c *v1.PersistentVolumeClaim) bool { return node.ownsClaim(c) }, node.NodeName
+		cfg.Owns, cfg.Node = func(c *v1.PersistentVolumeClaim) bool { return node.OwnsClaim(c) }, node.NodeName
 	}
-	r := inflight.NewRecords(cfg)
-	if r == nil {
-		return nil
-	}
-	return &inFlightRecords{Records: r}
-}
-
-// get returns the record, nil when it is off (whose methods do nothing).
-func (r *inFlightRecords) get() *inflight.Records {
-	if r == nil {
-		return nil
-	}
-	return r.Records
-}
-
-// lastRequest returns the last CreateVolume request of the claim this
-// process recorded, nil without one or with the record off.
-func (r *inFlightRecords) lastRequest(uid types.UID) *csi.CreateVolumeRequest {
-	return r.get().LastRequest(uid)
-}
-
-// HasInFlightFinalizer reports whether a claim carries the in-flight record
-// (inflight.Finalizer).
-func HasInFlightFinalizer(claim *v1.PersistentVolumeClaim) bool {
-	return inflight.HasFinalizer(claim)
+	return inflight.NewRecords(cfg)
 }
 
 // openRecord is Provision's hook before CreateVolume; a claim gone, being
 // deleted or bound ends the attempt quietly (its record, if any, is the
 // record keeper's business).
 func (p *Provisioner) openRecord(ctx context.Context, claim *v1.PersistentVolumeClaim, req *csi.CreateVolumeRequest) (controller.ProvisioningState, error) {
-	err := p.records.get().Open(ctx, claim, req)
+	err := p.records.Open(ctx, claim, req)
 	if errors.Is(err, inflight.ErrClaimGoneOrDeleting) {
 		klog.FromContext(ctx).V(2).Info("Not creating a volume: the claim is gone, being deleted or bound", "err", err)
 		return controller.ProvisioningFinished, &controller.IgnoredError{Reason: err.Error()}
@@ -84,7 +59,7 @@ func (p *Provisioner) openRecord(ctx context.Context, claim *v1.PersistentVolume
 // keeper sees the PV in the informer).
 func (p *Provisioner) recordOutcome(uid types.UID, pv *v1.PersistentVolume) {
 	if pv != nil {
-		p.records.get().Returned(uid)
+		p.records.Returned(uid)
 	}
 }
 
@@ -193,12 +168,12 @@ func (p *Provisioner) rebuildRequest(ctx context.Context, claim *v1.PersistentVo
 		if err == nil {
 			return req.csi, ""
 		}
-		if last := p.records.lastRequest(claim.UID); last != nil {
+		if last := p.records.LastRequest(claim.UID); last != nil {
 			return last, ""
 		}
 		return nil, fmt.Sprintf("the CreateVolume request cannot be rebuilt: %v", err)
 	}
-	if last := p.records.lastRequest(claim.UID); last != nil {
+	if last := p.records.LastRequest(claim.UID); last != nil {
 		return last, ""
 	}
 	return nil, "its StorageClass is gone, so the CreateVolume request that returns the volume's ID cannot be rebuilt"
@@ -210,7 +185,7 @@ func (p *Provisioner) rebuildRequest(ctx context.Context, claim *v1.PersistentVo
 // remembered request (protection off) the name is tried as an ID, as
 // before.
 func (p *Provisioner) deleteInFlight(ctx context.Context, uid types.UID, name string) error {
-	last := p.records.lastRequest(uid)
+	last := p.records.LastRequest(uid)
 	if last == nil {
 		return p.deleteVolume(ctx, name, nil)
 	}
@@ -237,7 +212,7 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: contract.InFlightEventComponent})
-	k, err := inflight.NewKeeper(inflight.KeeperConfig{Records: p.records.get(), Volumes: recordVolumes{p}, Claims: claims,
+	k, err := inflight.NewKeeper(inflight.KeeperConfig{Records: p.records, Volumes: recordVolumes{p}, Claims: claims,
 		ClaimVolumes: pvs, Recorder: recorder, Metrics: reg, DriverName: p.cfg.DriverName})
 	if err != nil {
 		return nil, nil, err

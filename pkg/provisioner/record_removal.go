@@ -76,7 +76,7 @@ func newResidueKeeper(ctx context.Context, cfg ControllerConfig, clients Clients
 	pvs := factory.Core().V1().PersistentVolumes()
 	classes := factory.Storage().V1().StorageClasses()
 	p := &Provisioner{cfg: pcfg, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
-		full: fullsegments.New(nil, pcfg.FullSegmentHold, nil), records: newInFlightRecords(clients.Work.CoreV1(), pcfg.Node),
+		full: fullsegments.New(nil, pcfg.FullSegmentHold, nil), records: newRecords(clients.Work.CoreV1(), pcfg.Node),
 		deps: Deps{CSI: driver, Secrets: clients.Work.CoreV1(), ClaimPatcher: clients.Work.CoreV1(), Classes: classes.Lister()}}
 	events := clients.Events
 	if events == nil {

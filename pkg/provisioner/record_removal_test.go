@@ -56,8 +56,8 @@ func TestRemoveInFlightRecordsWithoutDriver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if HasInFlightFinalizer(c) != keeps {
-			t.Errorf("claim %s keeps the finalizer: %t, want %t", name, HasInFlightFinalizer(c), keeps)
+		if inflight.HasFinalizer(c) != keeps {
+			t.Errorf("claim %s keeps the finalizer: %t, want %t", name, inflight.HasFinalizer(c), keeps)
 		}
 	}
 }
