@@ -17,7 +17,6 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
 )
 
 // mockOverlay is the quick start's kustomization: the base, every
@@ -53,26 +52,6 @@ func renderMockOverlay(t *testing.T) ([]byte, *appsv1.DaemonSet) {
 	return stream, ds
 }
 
-// tagDaemonSetImages gives, on every node, the lab's images the names the
-// DaemonSet's containers use: the project's by their binary, the upstream
-// node-driver-registrar's the lab's registrar.
-func tagDaemonSetImages(ctx context.Context, t *testing.T, ds *appsv1.DaemonSet) {
-	t.Helper()
-	for _, c := range ds.Spec.Template.Spec.Containers {
-		name, _, _ := strings.Cut(c.Image[strings.LastIndex(c.Image, "/")+1:], ":")
-		src := nodes.Images.Ref(name)
-		if name == "csi-node-driver-registrar" {
-			src = nodes.Images.Ref(kubeletnode.Registrar)
-		}
-		if src == "" {
-			t.Fatalf("container %s: no lab image for %s", c.Name, c.Image)
-		}
-		if err := nodes.TagImage(ctx, src, c.Image); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestRealNodeDeployNodeDaemonSet applies deploy/'s mock overlay, rendered
 // by kustomize, as a vendor applies it: its node DaemonSet (the mock
 // driver's node plugin, node-driver-registrar, csi-node-publisher) runs on
@@ -84,7 +63,7 @@ func tagDaemonSetImages(ctx context.Context, t *testing.T, ds *appsv1.DaemonSet)
 func TestRealNodeDeployNodeDaemonSet(t *testing.T) {
 	ctx := context.Background()
 	stream, ds := renderMockOverlay(t)
-	tagDaemonSetImages(ctx, t, ds)
+	tagImages(ctx, t, ds.Spec.Template.Spec.Containers...)
 	if err := cluster.ApplyYAML(ctx, stream, false); err != nil {
 		t.Fatalf("applying %s: %v", mockOverlay, err)
 	}
