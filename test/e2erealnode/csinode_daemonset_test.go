@@ -17,11 +17,12 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
 )
 
 // mockOverlay is the quick start's kustomization: the base, every
 // component, the mock driver.
-const mockOverlay = "deploy/kubernetes/overlays/mock"
+const mockOverlay = kubeletnode.MockOverlay
 
 // renderMockOverlay renders mockOverlay as kustomize does and returns its
 // objects as one JSON stream, and the node DaemonSet.
@@ -63,11 +64,13 @@ func renderMockOverlay(t *testing.T) ([]byte, *appsv1.DaemonSet) {
 func TestRealNodeDeployNodeDaemonSet(t *testing.T) {
 	ctx := context.Background()
 	stream, ds := renderMockOverlay(t)
-	tagImages(ctx, t, ds.Spec.Template.Spec.Containers...)
+	if err := nodes.TagImages(ctx, ds.Spec.Template.Spec.Containers...); err != nil {
+		t.Fatal(err)
+	}
 	if err := cluster.ApplyYAML(ctx, stream, false); err != nil {
 		t.Fatalf("applying %s: %v", mockOverlay, err)
 	}
-	t.Cleanup(func() { removeOverlay(ctx, t, ds) })
+	t.Cleanup(func() { uninstallOverlay(ctx, t) })
 	key := driver.TopologyPrefix + "zone"
 	zones := map[string]string{realNodes[0]: "z1", realNodes[1]: "z2"}
 	var last string
@@ -121,25 +124,6 @@ func daemonSetRunning(ctx context.Context, ds *appsv1.DaemonSet) (bool, string) 
 		}
 	}
 	return true, ""
-}
-
-// removeOverlay deletes what the test applied that later tests would meet:
-// the DaemonSet (its pods, with the garbage collector), its namespace, and
-// the cluster-scoped CSIDriver; it waits until the pods are gone, then
-// forgets the driver's registrations (forgetDriver).
-func removeOverlay(ctx context.Context, t *testing.T, ds *appsv1.DaemonSet) {
-	fg := metav1.DeletePropagationForeground
-	_ = cluster.Client.AppsV1().DaemonSets(ds.Namespace).Delete(ctx, ds.Name, metav1.DeleteOptions{PropagationPolicy: &fg})
-	_ = cluster.Client.StorageV1().CSIDrivers().Delete(ctx, driver.DefaultName, metav1.DeleteOptions{})
-	err := cluster.WaitFor(ctx, podTimeout, func(ctx context.Context) (bool, error) {
-		pods, err := cluster.Client.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{})
-		return err == nil && len(pods.Items) == 0, nil
-	})
-	if err != nil {
-		t.Errorf("the DaemonSet's pods are still there: %v", err)
-	}
-	_ = cluster.Client.CoreV1().Namespaces().Delete(ctx, ds.Namespace, metav1.DeleteOptions{})
-	forgetDriver(ctx, t, realNodes...)
 }
 
 // daemonSetPods says where the DaemonSet's pods are and how they are.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
 )
 
 // upSh is the kind quick start's script.
@@ -53,11 +55,14 @@ func TestKindQuickStartIsWhatRealNodesRun(t *testing.T) {
 		}
 	})
 	t.Run("images", func(t *testing.T) {
-		r := renderOverlay(t)
+		in, err := kubeletnode.RenderInstall(cluster.RepoRoot, mockOverlay)
+		if err != nil {
+			t.Fatal(err)
+		}
 		version := upShVar(t, script, "VERSION")
 		loaded := strings.Fields(upShVar(t, script, "IMAGES"))
 		var ours []string
-		for _, c := range r.containers() {
+		for _, c := range in.Containers() {
 			name, tag, _ := strings.Cut(c.Image[strings.LastIndex(c.Image, "/")+1:], ":")
 			if name == "csi-node-driver-registrar" {
 				continue
@@ -68,7 +73,7 @@ func TestKindQuickStartIsWhatRealNodesRun(t *testing.T) {
 			}
 		}
 		slices.Sort(ours)
-		want := slices.Sorted(slices.Values(projectImages))
+		want := slices.Sorted(slices.Values(kubeletnode.MockOverlayImages))
 		if ours = slices.Compact(ours); !slices.Equal(ours, want) {
 			t.Errorf("the overlay runs our images %v, the real-node suite loads %v", ours, want)
 		}

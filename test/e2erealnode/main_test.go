@@ -23,27 +23,16 @@ import (
 // workers (deploy/kind) that deploy/'s mock overlay knows the zones of.
 var realNodes = []string{"csi-topology-worker", "csi-topology-worker2"}
 
-// projectImages are the project's images every node gets: those deploy/'s
-// mock overlay runs.
-var projectImages = []string{"mock-driver", "csi-provisioner", "csi-node-publisher", "csi-topology-scheduler", "csi-scheduler-extender"}
-
-// controllers are the real nodes' controllers, those of deploy/'s
-// Deployments, and the node lifecycle controller: kubelet registers its
-// Node with the taint node.kubernetes.io/not-ready:NoSchedule, which only
-// that controller removes once the node is Ready; until then the scheduler
-// places no pod that does not tolerate it (a Deployment's).
-var controllers = append(slices.Clone(kubeletnode.Controllers), "deployment-controller", "replicaset-controller", "node-lifecycle-controller")
-
 var (
 	cluster *controlplane.Cluster
 	nodes   *kubeletnode.Nodes
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: controllers}, func(ctx context.Context, c *controlplane.Cluster) error {
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: kubeletnode.InstallControllers}, func(ctx context.Context, c *controlplane.Cluster) error {
 		cluster = c
 		var err error
-		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Names: realNodes}, projectImages...)
+		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Names: realNodes}, append(slices.Clone(kubeletnode.MockOverlayImages), "csi-node-router")...)
 		if err != nil {
 			return err
 		}

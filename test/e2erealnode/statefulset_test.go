@@ -20,7 +20,6 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/tools/image/imagebuild"
 )
 
 // webClass is the quick start's class (deploy/kind/up.sh): delayed binding.
@@ -33,45 +32,31 @@ const webClass = "csi-zonal"
 // <pod> <uid>" to the volume unless an earlier pod did (-keep), and reads
 // it back (its termination message); the container then reads it too and
 // stays.
-func webStatefulSet(replicas int32) *appsv1.StatefulSet {
+func webStatefulSet(replicas int32, class, spreadKey string) *appsv1.StatefulSet {
 	labels := map[string]string{"app": "web"}
-	rw := func(name string, args ...string) v1.Container {
-		return v1.Container{
-			Name: name, Image: nodes.Images.Ref(kubeletnode.RWCheck), ImagePullPolicy: v1.PullNever,
-			Args: append([]string{"-keep", "-file=/data/check", "-text=written by $(POD_NAME) $(POD_UID)"}, args...),
-			Env: []v1.EnvVar{
-				{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-				{Name: "POD_UID", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
-			},
-			VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}},
-		}
+	spec := v1.PodSpec{
+		SchedulerName:                 "csi-topology-scheduler",
+		TerminationGracePeriodSeconds: ptr.To[int64](5),
+		AutomountServiceAccountToken:  ptr.To(false),
+		Affinity: &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: spreadKey,
+			}},
+		}},
+		Containers: []v1.Container{nodes.ReadBackContainer("web", "data", "-stay")},
 	}
+	nodes.AddReadBack(&spec, "data")
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: labels},
 		Spec: appsv1.StatefulSetSpec{
 			ServiceName: "web", Replicas: ptr.To(replicas), PodManagementPolicy: appsv1.ParallelPodManagement,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: v1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: v1.PodSpec{
-					SchedulerName:                 "csi-topology-scheduler",
-					TerminationGracePeriodSeconds: ptr.To[int64](5),
-					AutomountServiceAccountToken:  ptr.To(false),
-					SecurityContext:               &v1.PodSecurityContext{FSGroup: ptr.To[int64](imagebuild.NonRootUID)},
-					Affinity: &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{
-						RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
-							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: zoneLabel,
-						}},
-					}},
-					InitContainers: []v1.Container{rw("write")},
-					Containers:     []v1.Container{rw("web", "-stay")},
-				},
-			},
+			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 			VolumeClaimTemplates: []v1.PersistentVolumeClaim{{
 				ObjectMeta: metav1.ObjectMeta{Name: "data", Labels: labels},
 				Spec: v1.PersistentVolumeClaimSpec{
 					AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-					StorageClassName: ptr.To(webClass),
+					StorageClassName: ptr.To(class),
 					Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
 				},
 			}},
@@ -82,10 +67,10 @@ func webStatefulSet(replicas int32) *appsv1.StatefulSet {
 // webPod is what a pod of web showed: where it ran, which pod it was, what
 // its init container read from the volume, and the claim's PV.
 type webPod struct {
-	node string
-	uid  types.UID
-	read string
-	pv   *v1.PersistentVolume
+	node          string
+	uid           types.UID
+	read, written string
+	pv            *v1.PersistentVolume
 }
 
 // TestRealNodeDeployStatefulSet installs deploy/'s mock overlay as a vendor
@@ -101,13 +86,13 @@ type webPod struct {
 func TestRealNodeDeployStatefulSet(t *testing.T) {
 	ctx := context.Background()
 	r := installOverlay(ctx, t)
-	sts := webStatefulSet(int32(len(realNodes)))
+	sts := webStatefulSet(int32(len(realNodes)), webClass, zoneLabel)
 	if _, err := cluster.Client.AppsV1().StatefulSets(sts.Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeWeb(ctx, t, sts) })
 	first := waitWeb(ctx, t, sts, nil)
-	checkPlacement(t, first)
+	checkPlacement(t, first, driver.TopologyPrefix+"zone", func(node string) string { return nodeZones[node] })
 	old := first["web-0"]
 	if err := cluster.Client.CoreV1().Pods(sts.Namespace).Delete(ctx, "web-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -120,6 +105,32 @@ func TestRealNodeDeployStatefulSet(t *testing.T) {
 		t.Errorf("the new web-0 read %q from its volume, want the old pod's %q", again.read, old.read)
 	}
 	checkSidecarsAsShipped(ctx, t, r)
+	checkCapacityOwner(ctx, t, webClass, "Deployment", "csi-controller")
+}
+
+// checkCapacityOwner checks that the capacity objects of class, one per
+// segment with a node, are owned by the workload of kind and name (the
+// controller Deployment, --capacity-owner-deployment), so that removing it
+// removes them.
+func checkCapacityOwner(ctx context.Context, t *testing.T, class, kind, name string) {
+	t.Helper()
+	list, err := cluster.Client.StorageV1().CSIStorageCapacities(installNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range list.Items {
+		if c.StorageClassName != class {
+			continue
+		}
+		n++
+		if o := c.OwnerReferences; len(o) != 1 || o[0].Kind != kind || o[0].Name != name {
+			t.Errorf("CSIStorageCapacity %s: owners %+v, want the %s %s", c.Name, o, kind, name)
+		}
+	}
+	if n < len(realNodes) {
+		t.Errorf("%d CSIStorageCapacity objects of class %s, want one per segment of the %d nodes", n, class, len(realNodes))
+	}
 }
 
 // waitWeb waits until every pod of sts runs, ready, on a node, its init
@@ -139,12 +150,11 @@ func waitWeb(ctx context.Context, t *testing.T, sts *appsv1.StatefulSet, skip ma
 				return false, nil
 			}
 			last = fmt.Sprintf("pod %s on %q: %s", name, p.Spec.NodeName, podStatus(p))
-			for _, s := range p.Status.InitContainerStatuses {
-				if s.State.Terminated != nil && s.State.Terminated.ExitCode != 0 {
-					return false, fmt.Errorf("pod %s's init container failed: %s", name, s.State.Terminated.Message)
-				}
+			read, done, err := kubeletnode.ReadBack(p)
+			if err != nil {
+				return false, err
 			}
-			if p.Status.Phase != v1.PodRunning || len(p.Status.InitContainerStatuses) == 0 || !podReady(p) {
+			if !done || p.Status.Phase != v1.PodRunning || !kubeletnode.PodReady(p) {
 				return false, nil
 			}
 			claim, err := cluster.Client.CoreV1().PersistentVolumeClaims(sts.Namespace).Get(ctx, "data-"+name, metav1.GetOptions{})
@@ -155,37 +165,27 @@ func waitWeb(ctx context.Context, t *testing.T, sts *appsv1.StatefulSet, skip ma
 			if err != nil {
 				return false, err
 			}
-			pods[name] = webPod{node: p.Spec.NodeName, uid: p.UID, read: p.Status.InitContainerStatuses[0].State.Terminated.Message, pv: pv}
+			pods[name] = webPod{node: p.Spec.NodeName, uid: p.UID, read: read, written: kubeletnode.WrittenBy(p), pv: pv}
 		}
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("the pods of %s never ran: %v; last: %s; install: %s", sts.Name, err, last, namespacePods(ctx, installNamespace))
+		t.Fatalf("the pods of %s never ran: %v; last: %s; install: %s", sts.Name, err, last, kubeletnode.NamespacePods(ctx, cluster, installNamespace))
 	}
 	return pods
 }
 
-func podReady(p *v1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // checkPlacement checks that each pod read what it wrote, and was placed
-// by topology: one pod per zone, each PV's node affinity the mock's zone of
-// its pod's node.
-func checkPlacement(t *testing.T, pods map[string]webPod) {
+// by topology: one pod per segment, each PV's node affinity on key the
+// segment of its pod's node (segmentOf).
+func checkPlacement(t *testing.T, pods map[string]webPod, key string, segmentOf func(node string) string) {
 	t.Helper()
-	key := driver.TopologyPrefix + "zone"
 	zones := map[string]string{}
 	for name, p := range pods {
-		if want := fmt.Sprintf("read back: written by %s %s", name, p.uid); p.read != want {
-			t.Errorf("pod %s read %q, want %q", name, p.read, want)
+		if p.read != p.written {
+			t.Errorf("pod %s read %q, want %q", name, p.read, p.written)
 		}
-		zone := nodeZones[p.node]
+		zone := segmentOf(p.node)
 		if other, ok := zones[zone]; ok {
 			t.Errorf("pods %s and %s both in zone %q", name, other, zone)
 		}
@@ -210,9 +210,9 @@ func checkPlacement(t *testing.T, pods map[string]webPod) {
 // csi-node-publisher run as shipped (no user in their securityContext), the
 // node plugin's socket on each node is root's with mode 0755, as root
 // drivers make it, and each node's publisher keeps its heartbeat Lease.
-func checkSidecarsAsShipped(ctx context.Context, t *testing.T, r rendered) {
+func checkSidecarsAsShipped(ctx context.Context, t *testing.T, in *kubeletnode.Install) {
 	t.Helper()
-	for _, c := range r.containers() {
+	for _, c := range in.Containers() {
 		if (c.Name == "csi-provisioner" || c.Name == "csi-node-publisher") && c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
 			t.Errorf("%s: deploy/ sets runAsUser %d; the image's user should do", c.Name, *c.SecurityContext.RunAsUser)
 		}
@@ -246,7 +246,7 @@ func removeWeb(ctx context.Context, t *testing.T, sts *appsv1.StatefulSet) {
 			return false, nil
 		}
 		for _, pv := range pvs.Items {
-			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == sts.Namespace && pv.Spec.StorageClassName == webClass {
+			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == sts.Namespace && pv.Spec.StorageClassName == *sts.Spec.VolumeClaimTemplates[0].Spec.StorageClassName {
 				return false, nil
 			}
 		}
