@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -100,6 +101,22 @@ func TestRealNodeDeployNodeDaemonSet(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("kubelet never registered the DaemonSet's driver on every node: %v; last: %s; pods: %s", err, last, daemonSetPods(ctx, ds))
+	}
+	checkRegistrarServes(t)
+}
+
+// checkRegistrarServes checks that the registrar serves kubelet's plugin
+// registration on every node: its socket is in kubelet's plugins_registry.
+// The CSINode entry alone cannot tell: csi-node-publisher writes it too,
+// and it did while the registrar, then running as 65532, could not reach
+// the root driver's socket and never registered.
+func checkRegistrarServes(t *testing.T) {
+	t.Helper()
+	for _, n := range nodes.Nodes {
+		sock := n.HostPath(filepath.Join(kubeletnode.KubeletRoot, "plugins_registry", driver.DefaultName+"-reg.sock"))
+		if _, err := os.Stat(sock); err != nil {
+			t.Errorf("node %s: the registrar serves no registration: %v", n.Name, err)
+		}
 	}
 }
 
