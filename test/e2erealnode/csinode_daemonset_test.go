@@ -97,27 +97,28 @@ func TestRealNodeDeployNodeDaemonSet(t *testing.T) {
 				return false, nil
 			}
 		}
-		return true, nil
+		last = registrarMissing()
+		return last == "", nil
 	})
 	if err != nil {
 		t.Fatalf("kubelet never registered the DaemonSet's driver on every node: %v; last: %s; pods: %s", err, last, daemonSetPods(ctx, ds))
 	}
-	checkRegistrarServes(t)
 }
 
-// checkRegistrarServes checks that the registrar serves kubelet's plugin
-// registration on every node: its socket is in kubelet's plugins_registry.
-// The CSINode entry alone cannot tell: csi-node-publisher writes it too,
-// and it did while the registrar, then running as 65532, could not reach
-// the root driver's socket and never registered.
-func checkRegistrarServes(t *testing.T) {
-	t.Helper()
+// registrarMissing says on which node the registrar does not serve
+// kubelet's plugin registration yet (its socket in kubelet's
+// plugins_registry), or "". The CSINode entry alone cannot tell:
+// csi-node-publisher writes it too, and it did while the registrar, then
+// running as 65532, could not reach the root driver's socket and never
+// registered.
+func registrarMissing() string {
 	for _, n := range nodes.Nodes {
 		sock := n.HostPath(filepath.Join(kubeletnode.KubeletRoot, "plugins_registry", driver.DefaultName+"-reg.sock"))
 		if _, err := os.Stat(sock); err != nil {
-			t.Errorf("node %s: the registrar serves no registration: %v", n.Name, err)
+			return fmt.Sprintf("node %s: the registrar serves no registration: %v", n.Name, err)
 		}
 	}
+	return ""
 }
 
 // daemonSetRunning says whether the DaemonSet has a pod on every real node
