@@ -12,6 +12,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/logging"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
@@ -114,7 +115,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.IntVar(&c.capacityBurst, "capacity-burst", 10, "Burst of the capacity publisher's own API client.")
 	fs.Float64Var(&c.capacityQPS, "kube-api-capacity-qps", 5, "Upstream's name of --capacity-qps (upstream's default is 1).")
 	fs.IntVar(&c.capacityBurst, "kube-api-capacity-burst", 10, "Upstream's name of --capacity-burst (upstream's default is 5).")
-	fs.BoolVar(&c.inFlightRecord, "in-flight-record", true, "Record on each claim, before its first CreateVolume, that a volume of its name may exist (finalizer "+provisioner.InFlightRecordFinalizer+"), and delete that volume when the claim is deleted before it has a PV. false is UNSAFE: volumes leak as with upstream external-provisioner (its issues #486, #1469); it exists to show those leaks. See docs/operations.md.")
+	fs.BoolVar(&c.inFlightRecord, "in-flight-record", true, "Record on each claim, before its first CreateVolume, that a volume of its name may exist (finalizer "+inflight.Finalizer+"), and delete that volume when the claim is deleted before it has a PV. false is UNSAFE: volumes leak as with upstream external-provisioner (its issues #486, #1469); it exists to show those leaks. See docs/operations.md.")
 	fs.BoolVar(&c.controller.BindThrough, "bind-through", false, "Bind each claim to its new PV right after creating it, writing what kube-controller-manager's PV controller would write, in --worker-threads parallel workers, with an API rate budget of their own the size of --kube-api-qps and --kube-api-burst, so that claims are Bound at the provisioner's pace; the PV controller then finds nothing to write. Needs update on persistentvolumes/status, persistentvolumeclaims and persistentvolumeclaims/status (deploy/'s base RBAC grants them); without them the PV controller binds, as with false. See docs/configuration.md, \"Bind-through\".")
 	c.node.NodeName = os.Getenv("NODE_NAME")
 	fs.BoolVar(&c.nodeDeployment, "node-deployment", false, "Run as the instance of one node, beside a node-local driver ($NODE_NAME): provision only claims selected for that node, delete only its volumes, no leader election. See docs/node-deployment.md.")
@@ -122,7 +123,7 @@ func newFlagSet(c *config) (*flag.FlagSet, *logging.Options) {
 	fs.DurationVar(&c.node.BaseDelay, "node-deployment-base-delay", defaultNodeBaseDelay, "With --node-deployment: wait a random time up to this long before trying to take an immediate-binding claim.")
 	fs.DurationVar(&c.node.MaxDelay, "node-deployment-max-delay", defaultNodeMaxDelay, "With --node-deployment: the longest wait before trying again to take an immediate-binding claim (it doubles after each lost race).")
 	fs.StringVar(&c.nodeSelection, "node-deployment-selection", "all", "With --node-deployment: which claims and PVs this instance lists and watches. all: every one of the cluster (as upstream). label: only those labelled "+nodelabel.Key+" with this node (and the driver's pool of unselected immediate-binding claims), selected by the API server; needs csi-node-router, which labels what the instances do not. See docs/node-deployment.md, \"Selection by label\".")
-	fs.BoolVar(&c.removeRecords, "remove-in-flight-records", false, "Run once, before a rollback to upstream external-provisioner (which never removes the in-flight finalizer), and exit: hold the leader-election Lease (with --leader-election), then remove "+provisioner.InFlightRecordFinalizer+" from every claim of the driver. Being deleted without a PV: its volume is deleted through the driver first, and the claim keeps the finalizer when the driver is not reachable. Prints a summary; exits 1 when claims keep it. Same flags as the sidecar otherwise. See docs/operations.md, \"Rolling back to upstream\".")
+	fs.BoolVar(&c.removeRecords, "remove-in-flight-records", false, "Run once, before a rollback to upstream external-provisioner (which never removes the in-flight finalizer), and exit: hold the leader-election Lease (with --leader-election), then remove "+inflight.Finalizer+" from every claim of the driver. Being deleted without a PV: its volume is deleted through the driver first, and the claim keeps the finalizer when the driver is not reachable. Prints a summary; exits 1 when claims keep it. Same flags as the sidecar otherwise. See docs/operations.md, \"Rolling back to upstream\".")
 	fs.StringVar(&c.recordsDriver, "remove-in-flight-records-driver", "", "With --remove-in-flight-records: the driver's name, for when its socket (--csi-address) is not reachable within 30 s; when it is, the two must agree.")
 	addUpstreamOnlyFlags(fs)
 	return fs, logOpts

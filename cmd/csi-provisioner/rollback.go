@@ -14,6 +14,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/kubeclient"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
 )
 
@@ -78,14 +79,14 @@ func removeInFlightRecords(ctx context.Context, cfg config, out io.Writer) error
 }
 
 // printRemoval prints what RemoveInFlightRecords did, one line.
-func printRemoval(out io.Writer, driver string, res provisioner.InFlightRecordRemoval) {
+func printRemoval(out io.Writer, driver string, res inflight.Removal) {
 	outcomes := make([]string, 0, len(res.Outcomes))
 	for o, n := range res.Outcomes {
 		outcomes = append(outcomes, fmt.Sprintf("%s=%d", o, n))
 	}
 	sort.Strings(outcomes)
 	fmt.Fprintf(out, "in-flight records of driver %s: %d claims carried %s; %s; kept: %d\n",
-		driver, res.Claims, provisioner.InFlightRecordFinalizer, strings.Join(outcomes, " "), len(res.Kept))
+		driver, res.Claims, inflight.Finalizer, strings.Join(outcomes, " "), len(res.Kept))
 	for _, c := range res.Kept {
 		fmt.Fprintf(out, "kept: %s\n", c)
 	}

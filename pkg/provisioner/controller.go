@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/bindthrough"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -50,7 +52,7 @@ type ControllerConfig struct {
 	// Sources says which data-source APIs the cluster serves.
 	Sources SourcesConfig
 	// DisableInFlightRecord switches off the durable in-flight record
-	// (InFlightRecordFinalizer, inflight.go). Unsafe: volumes can leak as they do
+	// (inflight.Finalizer, pkg/inflight). Unsafe: volumes can leak as they do
 	// with upstream external-provisioner; it exists to show those leaks.
 	DisableInFlightRecord bool
 	// DriverStatus, when set, tells whether the driver answers
@@ -146,7 +148,7 @@ type Controller struct {
 	sources *sourceWiring
 	// recordKeeper clears the in-flight records of deleted claims; nil when the
 	// record is off.
-	recordKeeper *inFlightRecordKeeper
+	recordKeeper *inflight.Keeper
 	// binder binds claims to their new PVs (ControllerConfig.BindThrough;
 	// nil otherwise).
 	binder *bindthrough.Binder
@@ -192,14 +194,14 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		return nil, fmt.Errorf("watching claims: %w", err)
 	}
 	libClient := clients.Work
-	var keeper *inFlightRecordKeeper
+	var keeper *inflight.Keeper
 	if p.records != nil {
-		if keeper, err = newInFlightRecordKeeper(ctx, p, inf.claims, deps.ClaimVolumes,
-			inf.factory.Storage().V1().StorageClasses().Lister(), clients.Work.CoreV1(), clients.Events, cfg.Metrics); err != nil {
+		var recorder record.EventRecorder
+		if keeper, recorder, err = newRecordKeeper(ctx, p, inf.claims, deps.ClaimVolumes, clients.Events, cfg.Metrics); err != nil {
 			return nil, err
 		}
-		libClient = withRecordGuard(libClient, p, keeper.recorder)
-		if err := keeper.watchVolumes(inf.volumes); err != nil {
+		libClient = withRecordGuard(libClient, p, recorder)
+		if err := keeper.WatchVolumes(inf.volumes); err != nil {
 			return nil, err
 		}
 	}

@@ -176,29 +176,3 @@ func getClaim(t *testing.T, ctx context.Context, client *fake.Clientset, claim *
 	}
 	return got
 }
-
-func TestVolumeAbsent(t *testing.T) {
-	tests := []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{name: "invalid argument", err: status.Error(codes.InvalidArgument, "x"), want: true},
-		{name: "resource exhausted", err: status.Error(codes.ResourceExhausted, "x"), want: true},
-		{name: "internal", err: status.Error(codes.Internal, "x"), want: true},
-		{name: "already exists", err: status.Error(codes.AlreadyExists, "x")},
-		{name: "aborted", err: status.Error(codes.Aborted, "x")},
-		{name: "deadline", err: status.Error(codes.DeadlineExceeded, "x")},
-		{name: "unavailable", err: status.Error(codes.Unavailable, "x")},
-		{name: "cancelled", err: status.Error(codes.Canceled, "x")},
-		{name: "not a status", err: context.DeadlineExceeded},
-		{name: "nil"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := volumeAbsent(tc.err); got != tc.want {
-				t.Errorf("volumeAbsent(%v) = %t, want %t", tc.err, got, tc.want)
-			}
-		})
-	}
-}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/datasource"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -84,9 +85,9 @@ type Deps struct {
 	// claims needing it are refused with an Event. See sources.go.
 	Sources Sources
 	// ClaimPatcher patches claims to hold the durable in-flight record
-	// (InFlightRecordFinalizer) before each CreateVolume. nil switches the record
+	// (inflight.Finalizer) before each CreateVolume. nil switches the record
 	// off, which is unsafe: a volume created before a crash or a race can
-	// leak (inflight.go).
+	// leak (pkg/inflight).
 	ClaimPatcher corev1client.PersistentVolumeClaimsGetter
 	// Classes reads StorageClasses: at delete, the provisioner secret of a
 	// PV without deletion-secret annotations comes from its class, as
@@ -130,7 +131,8 @@ type Provisioner struct {
 	deleted *deletedVolumes
 	// full remembers the segments recently found without room, per class.
 	full *fullSegments
-	// records is the durable in-flight record; nil when it is off.
+	// records is the durable in-flight record (pkg/inflight); nil when it
+	// is off.
 	records *inFlightRecords
 	// selections times claims from selected-node to PV, fed by the
 	// Controller's claim informer (SelectionClock).
@@ -172,6 +174,15 @@ func (p *Provisioner) SupportsBlock(context.Context) bool { return true }
 
 // Provision creates the volume of a claim and returns its PV. See the package
 // documentation for how errors map onto the returned state.
+//
+// The walk: the claim's in-flight record is opened before CreateVolume
+// (openRecord, pkg/inflight) and the PV is built from the driver's answer
+// (finishPV); returning the PV ends the record's in-memory state
+// (recordOutcome). The PV is not written yet: the library creates it
+// through libraryClient, and that write can still DELETE the new volume,
+// when another volume's PV holds the PV's name (the record guard,
+// inflight.NameGuard). The finalizer goes once the record keeper sees the
+// PV in the informer.
 func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOptions) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	start := time.Now()
 	if err := p.refuseWhileStopping(); err != nil {
@@ -179,7 +190,7 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	}
 	p.calls.Add(1)
 	defer p.calls.Add(-1)
-	defer p.records.enter(opts.PVC.UID)()
+	defer p.records.get().Enter(opts.PVC.UID)()
 	// Only this attempt's outcome decides how slowly the next one comes.
 	p.deps.Retries.Unmark(opts.PVC.UID)
 	if !p.cfg.Node.ownsClaim(opts.PVC) {
@@ -338,8 +349,8 @@ func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.Persiste
 	seg topology.Segment, delayed bool, err error) (*v1.PersistentVolume, controller.ProvisioningState, error) {
 	name := req.GetName()
 	state, reason := createVolumeState(err, delayed)
-	if _, pending := p.backgroundName(claim.UID); !pending && volumeAbsent(err) {
-		p.records.markAbsent(claim)
+	if _, pending := p.backgroundName(claim.UID); !pending && inflight.VolumeAbsent(err) {
+		p.records.get().MarkAbsent(claim)
 	}
 	if reason == RescheduleNoCapacity && seg != nil {
 		p.full.learn(ctx, class, seg, false, req.GetCapacityRange().GetRequiredBytes(), "RESOURCE_EXHAUSTED")

@@ -14,9 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
 
 // testUID is a claim UID of the API server's form; cut to ten characters
@@ -201,11 +202,11 @@ func TestGuardLeavesAnotherClaimsVolume(t *testing.T) {
 			}
 			select {
 			case ev := <-rec.Events:
-				if !strings.Contains(ev, ReasonVolumeNameTaken) || !strings.Contains(ev, "left alone") {
-					t.Errorf("event %q, want %s saying the volume was left alone", ev, ReasonVolumeNameTaken)
+				if !strings.Contains(ev, inflight.ReasonVolumeNameTaken) || !strings.Contains(ev, "left alone") {
+					t.Errorf("event %q, want %s saying the volume was left alone", ev, inflight.ReasonVolumeNameTaken)
 				}
 			default:
-				t.Errorf("no %s event", ReasonVolumeNameTaken)
+				t.Errorf("no %s event", inflight.ReasonVolumeNameTaken)
 			}
 			if d, _ := e.p.deps.Decisions.Take(testUID); !d.NameTaken {
 				t.Errorf("decision %+v, want NameTaken (no ProvisioningSucceeded Event)", d)
@@ -225,11 +226,10 @@ func TestRecordKeeperFindsPVByClaim(t *testing.T) {
 				Spec: v1.PersistentVolumeSpec{ClaimRef: &v1.ObjectReference{Namespace: "apps", Name: "data", UID: testUID}}}
 			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true, VolumeNamePrefix: "k8s", VolumeNameUUIDLength: 10}, nodes: threeZones,
 				records: true, objs: []runtime.Object{claim.PersistentVolumeClaim, pv, makeClass("zonal").StorageClass}})
-			k, _ := newTestKeeper(t, e)
-			if err := k.sync(e.ctx, cache.ObjectName{Namespace: "apps", Name: "data"}); err != nil {
-				t.Fatal(err)
-			}
-			if HasInFlightFinalizer(e.claim(t, "apps", "data")) {
+			startRecordKeeper(t, e)
+			if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return !HasInFlightFinalizer(e.claim(t, "apps", "data")), nil
+			}); err != nil {
 				t.Errorf("the claim keeps its in-flight record although PV %s refers to it", pvName)
 			}
 		})

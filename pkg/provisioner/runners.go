@@ -36,7 +36,7 @@ type runner struct {
 func (c *Controller) leaderWork() []runner {
 	var rs []runner
 	if c.recordKeeper != nil {
-		rs = append(rs, runner{name: "in-flight record keeper", prepare: c.recordKeeper.reconcile, run: c.recordKeeper.run})
+		rs = append(rs, runner{name: "in-flight record keeper", prepare: c.recordKeeper.Reconcile, run: c.recordKeeper.Run})
 	}
 	if c.capacity != nil {
 		rs = append(rs, runner{name: "capacity publishing", run: c.capacity.Run})

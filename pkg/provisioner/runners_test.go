@@ -11,6 +11,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/bindthrough"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 )
@@ -27,7 +28,7 @@ func TestLeaderWork(t *testing.T) {
 	}{
 		{name: "central provisioner, record off", c: &Controller{sources: sources, lib: lib},
 			want: []string{"source protection", "provisioning"}},
-		{name: "every part", c: &Controller{sources: sources, lib: lib, recordKeeper: &inFlightRecordKeeper{},
+		{name: "every part", c: &Controller{sources: sources, lib: lib, recordKeeper: &inflight.Keeper{},
 			capacity: &capacity.Publisher{}, claimer: &nodedeploy.Claimer{}, binder: &bindthrough.Binder{}},
 			want: []string{"in-flight record keeper", "capacity publishing", "source protection", "node claimer", "bind-through", "provisioning"}},
 	}

@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
@@ -47,7 +47,7 @@ func TestVolumeNameFlags(t *testing.T) {
 	// The in-flight record goes once the PV, of the new name, is seen.
 	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
 		c, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-		return err == nil && !slices.Contains(c.Finalizers, provisioner.InFlightRecordFinalizer), nil
+		return err == nil && !slices.Contains(c.Finalizers, inflight.Finalizer), nil
 	}); err != nil {
 		t.Errorf("the bound claim keeps its in-flight record: %v", err)
 	}

@@ -16,7 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
@@ -202,7 +202,7 @@ func claimsWithRecord(ctx context.Context, ns string) []string {
 	}
 	var out []string
 	for _, c := range list.Items {
-		if slices.Contains(c.Finalizers, provisioner.InFlightRecordFinalizer) {
+		if slices.Contains(c.Finalizers, inflight.Finalizer) {
 			out = append(out, c.Name)
 		}
 	}

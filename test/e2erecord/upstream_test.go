@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
@@ -105,7 +105,7 @@ func TestUpstream486KillBetweenCreateVolumeAndPV(t *testing.T) {
 	}
 	waitNoLeak(t, ctx, name)
 	waitClaimGone(t, ctx, pvc)
-	wantEvent(t, ctx, ns, provisioner.ReasonInFlightVolumeDeleted)
+	wantEvent(t, ctx, ns, inflight.ReasonInFlightVolumeDeleted)
 }
 
 // TestUpstream1469PVNameTaken: while CreateVolume runs, a PV of the claim's
@@ -152,7 +152,7 @@ func TestUpstream1469PVNameTaken(t *testing.T) {
 	id := waitCreated(t, ctx, name)
 	t.Logf("volume %s (%s) created while PV %s (volume %s) is being deleted", name, id, taken.Name, taken.Spec.CSI.VolumeHandle)
 	waitNoLeak(t, ctx, name)
-	wantEvent(t, ctx, ns, provisioner.ReasonVolumeNameTaken)
+	wantEvent(t, ctx, ns, inflight.ReasonVolumeNameTaken)
 }
 
 // TestUpstream1437CSINodeDeletedDuringProvisioning: the selected node's
@@ -209,5 +209,5 @@ func TestUpstream1437CSINodeDeletedDuringProvisioning(t *testing.T) {
 	deleteClaim(t, ctx, pvc)
 	waitNoLeak(t, ctx, name)
 	waitClaimGone(t, ctx, pvc)
-	wantEvent(t, ctx, ns, provisioner.ReasonInFlightVolumeDeleted)
+	wantEvent(t, ctx, ns, inflight.ReasonInFlightVolumeDeleted)
 }

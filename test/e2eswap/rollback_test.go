@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
 
 // slowCreate keeps CreateVolume in flight across the stop of ours, within
@@ -92,7 +92,7 @@ func (w *world) countInFlight() int {
 	}
 	n := 0
 	for _, c := range claims {
-		if provisioner.HasInFlightFinalizer(&c) && c.Status.Phase != v1.ClaimBound {
+		if inflight.HasFinalizer(&c) && c.Status.Phase != v1.ClaimBound {
 			n++
 		}
 	}
@@ -112,7 +112,7 @@ func (w *world) waitSeenWithRecord(names []string) {
 		var missing []string
 		for _, name := range names {
 			c := claims[name]
-			if provisioner.HasInFlightFinalizer(&c) || c.Status.Phase == v1.ClaimBound {
+			if inflight.HasFinalizer(&c) || c.Status.Phase == v1.ClaimBound {
 				seen[name] = true
 			}
 			if !seen[name] {

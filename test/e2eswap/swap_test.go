@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/provisioner"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
 )
 
@@ -309,7 +309,7 @@ func (w *world) waitRecord(names []string) {
 		}
 		var missing []string
 		for _, name := range names {
-			if c := claims[name]; !provisioner.HasInFlightFinalizer(&c) {
+			if c := claims[name]; !inflight.HasFinalizer(&c) {
 				missing = append(missing, name)
 			}
 		}
@@ -352,13 +352,13 @@ func (w *world) checkNoRecord() {
 	}
 	var with []string
 	for name, c := range claims {
-		if provisioner.HasInFlightFinalizer(&c) {
+		if inflight.HasFinalizer(&c) {
 			with = append(with, name)
 		}
 	}
 	slices.Sort(with)
 	if len(with) > 0 {
-		w.t.Errorf("%d claims carry %s under upstream, which never removes it: %v", len(with), provisioner.InFlightRecordFinalizer, with)
+		w.t.Errorf("%d claims carry %s under upstream, which never removes it: %v", len(with), inflight.Finalizer, with)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
 
 // TestRemoveInFlightRecordsWithoutDriver: without the driver, the one-shot
@@ -37,7 +39,7 @@ func TestRemoveInFlightRecordsWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{string(clearMoot): 1, RemovalLeftToUpstream: 1, RemovalKept: 1}
+	want := map[string]int{string(inflight.OutcomePVExists): 1, inflight.RemovalLeftToUpstream: 1, inflight.RemovalKept: 1}
 	if got.Claims != 3 || len(got.Outcomes) != len(want) {
 		t.Errorf("claims %d, outcomes %v; want 3, %v", got.Claims, got.Outcomes, want)
 	}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
@@ -14,13 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
 
 func (e *env) claim(t *testing.T, ns, name string) *v1.PersistentVolumeClaim {
@@ -48,7 +46,7 @@ func (c claimBuilder) deleting() claimBuilder {
 }
 
 func (c claimBuilder) withRecord() claimBuilder {
-	c.Finalizers = append(c.Finalizers, InFlightRecordFinalizer)
+	c.Finalizers = append(c.Finalizers, inflight.Finalizer)
 	return c
 }
 
@@ -105,8 +103,8 @@ func TestRecordBeforeCreateVolume(t *testing.T) {
 				t.Error("the claim was not patched before CreateVolume")
 			}
 			got := e.claim(t, "apps", "data")
-			if n := strings.Count(strings.Join(got.Finalizers, ","), InFlightRecordFinalizer); n != 1 {
-				t.Errorf("claim finalizers %v, want %s once", got.Finalizers, InFlightRecordFinalizer)
+			if n := strings.Count(strings.Join(got.Finalizers, ","), inflight.Finalizer); n != 1 {
+				t.Errorf("claim finalizers %v, want %s once", got.Finalizers, inflight.Finalizer)
 			}
 		})
 	}
@@ -125,18 +123,18 @@ func TestClearVolume(t *testing.T) {
 		// remember puts the request of the provision in memory.
 		remember     bool
 		full         bool
-		want         clearOutcome
+		want         inflight.Outcome
 		wantVolumes  int
 		wantInReason string
 	}{
-		{name: "volume exists, class exists", provision: true, class: class, want: clearDeleted},
-		{name: "no volume, class exists: one is made and deleted", class: class, want: clearDeleted},
-		{name: "no volume, no room: nothing exists", class: class, full: true, want: clearNone},
-		{name: "class gone, request remembered", provision: true, remember: true, want: clearDeleted},
-		{name: "class gone, nothing remembered", provision: true, want: clearAbandoned, wantVolumes: 1, wantInReason: "StorageClass is gone"},
+		{name: "volume exists, class exists", provision: true, class: class, want: inflight.OutcomeDeleted},
+		{name: "no volume, class exists: one is made and deleted", class: class, want: inflight.OutcomeDeleted},
+		{name: "no volume, no room: nothing exists", class: class, full: true, want: inflight.OutcomeNothingCreated},
+		{name: "class gone, request remembered", provision: true, remember: true, want: inflight.OutcomeDeleted},
+		{name: "class gone, nothing remembered", provision: true, want: inflight.OutcomeAbandoned, wantVolumes: 1, wantInReason: "StorageClass is gone"},
 		{name: "class now has other parameters", provision: true,
 			class: makeClass("zonal").immediate().withParams("tier", "gold").StorageClass,
-			want:  clearAbandoned, wantVolumes: 1, wantInReason: "other parameters"},
+			want:  inflight.OutcomeAbandoned, wantVolumes: 1, wantInReason: "other parameters"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,7 +147,9 @@ func TestClearVolume(t *testing.T) {
 				}
 			}
 			if tc.remember {
-				e.p.records.remember(claim.UID, e.csi.lastCreate(t))
+				if err := e.p.records.Open(e.ctx, claim, e.csi.lastCreate(t)); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if tc.full {
 				for _, z := range []string{"z1", "z2", "z3"} {
@@ -180,134 +180,28 @@ func TestClearVolume(t *testing.T) {
 	}
 }
 
-// newTestKeeper builds a record keeper over e's clientset with a fake event
-// recorder.
-func newTestKeeper(t *testing.T, e *env) (*inFlightRecordKeeper, *record.FakeRecorder) {
+// startRecordKeeper runs the record keeper of e's provisioner, as the
+// Controller wires it, on informers of e's clientset, until the test ends.
+func startRecordKeeper(t *testing.T, e *env) {
 	t.Helper()
-	factory := informers.NewSharedInformerFactory(e.client, 0)
-	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
-	pvs := factory.Core().V1().PersistentVolumes()
-	classes := factory.Storage().V1().StorageClasses()
-	volumes, err := NewClaimVolumeIndex(pvs.Informer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := newInFlightRecordKeeper(e.ctx, e.p, claims, volumes, classes.Lister(), e.client.CoreV1(), e.client, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.watchVolumes(pvs.Informer()); err != nil {
-		t.Fatal(err)
-	}
-	classes.Informer()
 	ctx, cancel := context.WithCancel(e.ctx)
 	t.Cleanup(cancel)
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
-	rec := record.NewFakeRecorder(10)
-	k.recorder = rec
-	return k, rec
-}
-
-// TestRecordKeeperSync: a deleted claim's record goes once its volume is
-// deleted or its PV exists, never while a provision works on it.
-func TestRecordKeeperSync(t *testing.T) {
-	class := makeClass("zonal").immediate().StorageClass
-	tests := []struct {
-		name        string
-		claim       *v1.PersistentVolumeClaim
-		pv          bool
-		pvUID       string
-		busy        bool
-		wantErr     error
-		wantRecord  bool
-		wantVolumes int
-		wantEvent   string
-	}{
-		{name: "deleted, no PV: volume deleted", claim: makePVC("data", "zonal").deleting().withRecord().PersistentVolumeClaim,
-			wantEvent: ReasonInFlightVolumeDeleted},
-		{name: "deleted, PV exists: record moot", claim: makePVC("data", "zonal").deleting().withRecord().PersistentVolumeClaim,
-			pv: true, wantVolumes: 1},
-		{name: "deleted while provisioning: later", claim: makePVC("data", "zonal").deleting().withRecord().PersistentVolumeClaim,
-			busy: true, wantErr: errRetryLater, wantRecord: true, wantVolumes: 1},
-		{name: "not deleted, no PV: untouched", claim: makePVC("data", "zonal").withRecord().PersistentVolumeClaim,
-			wantRecord: true, wantVolumes: 1},
-		{name: "not deleted, PV exists: record removed, volume kept", claim: makePVC("data", "zonal").withRecord().PersistentVolumeClaim,
-			pv: true, wantVolumes: 1},
-		{name: "not deleted, PV of another claim of the name: untouched", claim: makePVC("data", "zonal").withRecord().PersistentVolumeClaim,
-			pv: true, pvUID: "uid-old", wantRecord: true, wantVolumes: 1},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			objs := []runtime.Object{tc.claim, class}
-			if tc.pv {
-				uid := types.UID("uid-data")
-				if tc.pvUID != "" {
-					uid = types.UID(tc.pvUID)
-				}
-				objs = append(objs, &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-uid-data"},
-					Spec: v1.PersistentVolumeSpec{ClaimRef: &v1.ObjectReference{Namespace: "apps", Name: "data", UID: uid}}})
-			}
-			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, records: true, objs: objs})
-			// A volume of the claim's name exists in the driver.
-			if _, err := e.csi.ControllerClient.CreateVolume(e.ctx, &csi.CreateVolumeRequest{Name: "pvc-uid-data",
-				CapacityRange:      &csi.CapacityRange{RequiredBytes: gi},
-				VolumeCapabilities: []*csi.VolumeCapability{mountCapability()}, Parameters: map[string]string{}}); err != nil {
-				t.Fatal(err)
-			}
-			k, rec := newTestKeeper(t, e)
-			if tc.busy {
-				defer e.p.records.enter("uid-data")()
-			}
-			err := k.sync(e.ctx, cache.ObjectName{Namespace: "apps", Name: "data"})
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("sync: %v, want %v", err, tc.wantErr)
-			}
-			if got := HasInFlightFinalizer(e.claim(t, "apps", "data")); got != tc.wantRecord {
-				t.Errorf("record present %t, want %t", got, tc.wantRecord)
-			}
-			if n := len(e.mock.Volumes()); n != tc.wantVolumes {
-				t.Errorf("driver has %d volumes, want %d", n, tc.wantVolumes)
-			}
-			select {
-			case ev := <-rec.Events:
-				if tc.wantEvent == "" || !strings.Contains(ev, tc.wantEvent) {
-					t.Errorf("event %q, want %q", ev, tc.wantEvent)
-				}
-			default:
-				if tc.wantEvent != "" {
-					t.Errorf("no event, want %s", tc.wantEvent)
-				}
-			}
-		})
-	}
-}
-
-// TestRecordKeeperQueuesClaimWithPV: a live claim's record is left alone
-// while the claim has no PV, and goes as soon as the PV informer shows one
-// that refers to the claim, so that bound claims do not keep the finalizer.
-func TestRecordKeeperQueuesClaimWithPV(t *testing.T) {
-	claim := makePVC("data", "zonal").withRecord().PersistentVolumeClaim
-	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, records: true,
-		objs: []runtime.Object{claim, makeClass("zonal").immediate().StorageClass}})
-	k, _ := newTestKeeper(t, e)
-	if n := k.queue.Len(); n != 0 {
-		t.Fatalf("%d claims queued before any PV, want 0", n)
-	}
-	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-uid-data"},
-		Spec: v1.PersistentVolumeSpec{ClaimRef: &v1.ObjectReference{Namespace: "apps", Name: "data", UID: "uid-data"}}}
-	if _, err := e.client.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{}); err != nil {
+	factory := informers.NewSharedInformerFactory(e.client, 0)
+	pvs := factory.Core().V1().PersistentVolumes().Informer()
+	volumes, err := NewClaimVolumeIndex(pvs)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return k.queue.Len() == 1, nil
-	}); err != nil {
-		t.Fatalf("the claim was not queued when its PV appeared: %v", err)
+	k, _, err := newRecordKeeper(ctx, e.p, factory.Core().V1().PersistentVolumeClaims().Informer(), volumes, e.client, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	k.next(e.ctx)
-	if HasInFlightFinalizer(e.claim(t, "apps", "data")) {
-		t.Error("the bound claim keeps the in-flight finalizer after its PV appeared")
+	if err := k.WatchVolumes(pvs); err != nil {
+		t.Fatal(err)
 	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	go k.Run(ctx)
 }
 
 func mountCapability() *csi.VolumeCapability {
@@ -355,7 +249,7 @@ func TestGuardAlreadyExists(t *testing.T) {
 				t.Errorf("new volume deleted %t, want %t", deleted, tc.wantDeleted)
 			}
 			if tc.wantDeleted && len(rec.Events) != 1 {
-				t.Errorf("%d events, want one %s", len(rec.Events), ReasonVolumeNameTaken)
+				t.Errorf("%d events, want one %s", len(rec.Events), inflight.ReasonVolumeNameTaken)
 			}
 			// The library's ProvisioningSucceeded Event of a deleted
 			// volume is dropped (see trimmedEvents).
