@@ -537,6 +537,7 @@ func TestCopyOnAnotherZone(t *testing.T) {
 	}
 }
 
+// hasString says whether list holds s.
 func hasString(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
