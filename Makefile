@@ -26,7 +26,7 @@ IMAGE_SOURCE := https://github.com/csi-topology-provisioner/csi-topology-provisi
 export CGO_ENABLED := 0
 export GOFLAGS += -trimpath
 # progress runs a step of `make test` and prints a status line at least every
-# 30 s (test/cmd/progress).
+# 30 s (test/harness/cmd/progress).
 PROGRESS  := .cache/tools/progress
 
 .PHONY: all build test unit lint run clean image push controlplane fuzz bench chaos conformance
@@ -45,14 +45,14 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-$(PROGRESS): $(wildcard test/cmd/progress/*.go)
+$(PROGRESS): $(wildcard test/harness/cmd/progress/*.go)
 	@mkdir -p $(dir $@)
-	@$(GO) build -o $@ ./test/cmd/progress
+	@$(GO) build -o $@ ./test/harness/cmd/progress
 
 ## controlplane: build (or find cached) etcd, kube-apiserver, kube-controller-manager and kube-scheduler,
 ## upstream external-provisioner, and kubelet, containerd and the CNI plugins of the real nodes
 controlplane: $(PROGRESS)
-	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/cmd/controlplane
+	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/harness/cmd/controlplane
 
 # go test -p 4: the e2e packages mostly wait on their control planes, and a
 # package's test run holds one of go test's -p slots; with the default (one per
@@ -61,8 +61,8 @@ controlplane: $(PROGRESS)
 test: $(PROGRESS)
 	@echo "==> [1/6] Go modules (the first run downloads them)"
 	@$(PROGRESS) -label "modules" -- $(GO) mod download
-	@cd test/controlplane/k8s && ../../../$(PROGRESS) -label "modules of the control plane" -- $(GO) mod download
-	@cd test/kubeletnode/mod && ../../../$(PROGRESS) -label "modules of the real nodes' runtime" -- $(GO) mod download
+	@cd test/harness/controlplane/k8s && ../../../../$(PROGRESS) -label "modules of the control plane" -- $(GO) mod download
+	@cd test/harness/kubeletnode/mod && ../../../../$(PROGRESS) -label "modules of the real nodes' runtime" -- $(GO) mod download
 	@cd tools/dockerfile && ../../$(PROGRESS) -label "modules of the Dockerfile check" -- $(GO) mod download
 	@cd test/manifests/oldkustomize && ../../../$(PROGRESS) -label "modules of the oldest kustomize" -- $(GO) mod download
 	@echo "==> [2/6] gofmt"
@@ -72,7 +72,7 @@ test: $(PROGRESS)
 	@mkdir -p bin
 	@$(PROGRESS) -label "build bin/" -packages -- $(GO) build -v -tags '$(BUILDTAGS)' -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
 	@echo "==> [4/6] control plane, upstream external-provisioner, kubelet and containerd (built once per go.sum and Go version, cached in the user cache dir)"
-	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/cmd/controlplane
+	@$(PROGRESS) -label "control plane" -- $(GO) run ./test/harness/cmd/controlplane
 	@echo "==> [5/6] go vet (packages without tests; go test vets the others)"
 	@$(PROGRESS) -label "go vet" -- $(GO) vet $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
 	@echo "==> [6/6] go test with every go vet check (one control plane per e2e package, the binaries of bin/; full log in .test-output.log)"
@@ -90,10 +90,10 @@ fuzz:
 	  done; \
 	done
 
-## bench: csi-provisioner measured as a whole process on the local control plane (test/bench, docs/performance.md):
+## bench: csi-provisioner measured as a whole process on the local control plane (test/harness/cmd/bench, docs/performance.md):
 ## SIZES (fake nodes, comma-separated), SCENARIOS (backlog,delete,burst,wffc,nodes,node), REPS, CLAIMS, COMPARE=/path/to/other/csi-provisioner
 ## (run alternately with ours, ratios printed), INSTANCES (nodes: csi-provisioner --node-deployment processes, at most one per node;
-## default 100), NODE_ARGS (nodes: extra flags of our instances), BENCH_ARGS (more flags of test/bench, e.g.
+## default 100), NODE_ARGS (nodes: extra flags of our instances), BENCH_ARGS (more flags of test/harness/cmd/bench, e.g.
 ## --bind-through-contender: ours with --bind-through as a third contender); JSON and table in .cache/bench/
 SIZES     ?= 3
 SCENARIOS ?= backlog,delete,burst
@@ -104,7 +104,7 @@ INSTANCES ?=
 NODE_ARGS ?=
 BENCH_ARGS ?=
 bench: build
-	@$(GO) build -ldflags '-s -w' -o .cache/tools/bench ./test/bench
+	@$(GO) build -ldflags '-s -w' -o .cache/tools/bench ./test/harness/cmd/bench
 	.cache/tools/bench --bin-dir=bin --sizes='$(SIZES)' --scenarios='$(SCENARIOS)' --reps=$(REPS) --claims=$(CLAIMS) \
 		$(if $(COMPARE),--compare='$(COMPARE)') $(if $(INSTANCES),--instances=$(INSTANCES)) $(if $(NODE_ARGS),--node-args='$(NODE_ARGS)') $(BENCH_ARGS)
 
@@ -131,9 +131,9 @@ conformance: build
 ## or SIGTERM to make alone, stops it and cleans up. make execs the program (no
 ## `go run` in between) so that it is make's child: make passes SIGTERM on to
 ## it but not SIGINT, so the program watches make's signal handlers in /proc
-## and stops when make handles a fatal signal (test/cmd/run/stop.go).
+## and stops when make handles a fatal signal (test/harness/cmd/run/stop.go).
 run: build
-	@$(PROGRESS) -label "build bin/run" -packages -- $(GO) build -v -o bin/run ./test/cmd/run
+	@$(PROGRESS) -label "build bin/run" -packages -- $(GO) build -v -o bin/run ./test/harness/cmd/run
 	exec bin/run --bin-dir=bin $(ARGS)
 
 ## image: the images for IMAGE_PLATFORMS without a container engine (tools/image): bin/images/<binary>/ (OCI layout, multi-platform index) and bin/images/<binary>-<arch>.tar (docker load), tagged and stamped with VERSION

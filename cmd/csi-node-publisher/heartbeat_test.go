@@ -10,7 +10,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodepublisher"
 )
 
 func TestHeartbeatFlags(t *testing.T) {
@@ -76,7 +76,7 @@ func TestLeaseNamespace(t *testing.T) {
 func TestRunRefusesBadHeartbeat(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	cfg := config{csiAddress: filepath.Join(shortTempDir(t), "csi.sock"), kubeconfig: writeKubeconfig(t), kubeAPIQPS: 5, kubeAPIBurst: 10,
-		publisher: limits.PublisherConfig{NodeName: "n1"},
+		publisher: nodepublisher.PublisherConfig{NodeName: "n1"},
 		heartbeat: heartbeat.Config{NodeName: "n1", Namespace: "ns", LeaseDuration: 10 * time.Second, RenewInterval: 10 * time.Second}}
 	start := time.Now()
 	if err := run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "--lease-renew-interval") {

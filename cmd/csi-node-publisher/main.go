@@ -29,7 +29,7 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/profiling"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodepublisher"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -45,7 +45,7 @@ type config struct {
 	httpEndpoint string
 	enablePprof  bool
 	showVersion  bool
-	publisher    limits.PublisherConfig
+	publisher    nodepublisher.PublisherConfig
 	// heartbeat is off when its LeaseDuration is 0.
 	heartbeat heartbeat.Config
 }
@@ -150,7 +150,7 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	reg := metrics.NewKubeRegistry()
-	pubMetrics := limits.NewPublisherMetrics(reg)
+	pubMetrics := nodepublisher.NewPublisherMetrics(reg)
 	hbMetrics := heartbeat.NewMetrics(reg)
 	// The endpoint listens before the driver is connected, so a busy
 	// address fails at once and /metrics answers while the driver starts.
@@ -187,7 +187,7 @@ func run(ctx context.Context, cfg config) error {
 		csi.IdentityClient
 		csi.NodeClient
 	}{csi.NewIdentityClient(conn), csi.NewNodeClient(conn)}
-	pub, err := limits.NewPublisher(cfg.publisher, client, driver, pubMetrics)
+	pub, err := nodepublisher.NewPublisher(cfg.publisher, client, driver, pubMetrics)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func runAll(ctx context.Context, publish func(context.Context) error, hb *heartb
 // publisherHealth is the health of the publisher once it exists. Safe for
 // concurrent use.
 type publisherHealth struct {
-	pub atomic.Pointer[limits.Publisher]
+	pub atomic.Pointer[nodepublisher.Publisher]
 }
 
 // check returns nil while the publisher runs, the driver answers and the

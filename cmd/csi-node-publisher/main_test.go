@@ -24,7 +24,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodepublisher"
 )
 
 // shortTempDir returns a temporary directory whose name is short enough for
@@ -86,10 +86,10 @@ func TestHTTPEndpoint(t *testing.T) {
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}})
 
 	reg := metrics.NewKubeRegistry()
-	pubMetrics := limits.NewPublisherMetrics(reg)
+	pubMetrics := nodepublisher.NewPublisherMetrics(reg)
 	var health publisherHealth
 	h := httpHandler(health.check, reg)
-	var pub *limits.Publisher
+	var pub *nodepublisher.Publisher
 
 	steps := []struct {
 		name        string
@@ -107,7 +107,7 @@ func TestHTTPEndpoint(t *testing.T) {
 		{
 			name: "published",
 			do: func(t *testing.T) {
-				pub, err = limits.NewPublisher(limits.PublisherConfig{NodeName: "n1"}, client,
+				pub, err = nodepublisher.NewPublisher(nodepublisher.PublisherConfig{NodeName: "n1"}, client,
 					struct {
 						csi.IdentityClient
 						csi.NodeClient
@@ -191,7 +191,7 @@ func TestRunHTTPEndpoint(t *testing.T) {
 		}
 		defer busy.Close()
 		cfg := config{csiAddress: noDriver, kubeconfig: kubeconfig, kubeAPIQPS: 5, kubeAPIBurst: 10,
-			httpEndpoint: busy.Addr().String(), publisher: limits.PublisherConfig{NodeName: "n1"}}
+			httpEndpoint: busy.Addr().String(), publisher: nodepublisher.PublisherConfig{NodeName: "n1"}}
 		if err := run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "--http-endpoint") {
 			t.Errorf("run = %v, want an error about --http-endpoint", err)
 		}
@@ -206,7 +206,7 @@ func TestRunHTTPEndpoint(t *testing.T) {
 		addr := lis.Addr().String()
 		lis.Close()
 		cfg := config{csiAddress: noDriver, kubeconfig: kubeconfig, kubeAPIQPS: 5, kubeAPIBurst: 10,
-			httpEndpoint: addr, publisher: limits.PublisherConfig{NodeName: "n1"}}
+			httpEndpoint: addr, publisher: nodepublisher.PublisherConfig{NodeName: "n1"}}
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- run(runCtx, cfg) }()

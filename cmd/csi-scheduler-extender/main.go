@@ -200,26 +200,27 @@ func run(ctx context.Context, cfg config) error {
 // stop shuts the heartbeat informers down.
 func newCore(ctx context.Context, cfg config, client kubernetes.Interface, restCfg *rest.Config,
 	factory informers.SharedInformerFactory) (core *scheduler.Core, stop func(), err error) {
-	core, err = scheduler.NewFromInformers(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl, ScoreWeights: cfg.weights},
-		factory)
-	if err != nil {
-		return nil, nil, err
-	}
 	snapClient, err := snapclient.NewForConfig(rest.CopyConfig(restCfg))
 	if err != nil {
 		return nil, nil, err
 	}
 	snaps := scheduler.SnapshotInformer(snapClient)
-	core.SetSnapshots(snaps.Source)
-	go snaps.API.Run(ctx)
-	stop = func() {}
+	opt := scheduler.OptionalSources{Snapshots: snaps.Source}
+	var hbFactory informers.SharedInformerFactory
 	if cfg.heartbeat {
 		// A factory of its own: only the heartbeat Leases, never all Leases.
-		hbFactory, _, liveness, err := scheduler.HeartbeatInformer(client, cfg.heartbeatNS)
-		if err != nil {
+		if hbFactory, _, opt.Liveness, err = scheduler.HeartbeatInformer(client, cfg.heartbeatNS); err != nil {
 			return nil, nil, err
 		}
-		core.SetLiveness(liveness)
+	}
+	core, err = scheduler.NewFromInformers(scheduler.Config{Driver: cfg.driver, ReservationTTL: cfg.ttl, ScoreWeights: cfg.weights},
+		factory, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	go snaps.API.Run(ctx)
+	stop = func() {}
+	if hbFactory != nil {
 		go scheduler.HeartbeatAPI(client, cfg.heartbeatNS, hbFactory).Run(ctx)
 		stop = hbFactory.Shutdown
 	}

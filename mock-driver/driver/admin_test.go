@@ -111,7 +111,7 @@ func TestAdminAPI(t *testing.T) {
 	if rules := d.Faults().Rules(); len(rules) != 0 {
 		t.Errorf("rules after DELETE: %v", rules)
 	}
-	// GET /volumes decodes into state.Volume, as test/lab reads it.
+	// GET /volumes decodes into state.Volume, as test/harness/lab reads it.
 	_, body := do(t, "GET", "/volumes", "")
 	var vols []state.Volume
 	if err := json.Unmarshal([]byte(body), &vols); err != nil {

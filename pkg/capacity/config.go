@@ -7,12 +7,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	labelselection "k8s.io/apimachinery/pkg/selection"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // Labels on the CSIStorageCapacity objects this publisher owns.
 const (
-	labelDriverName = "csi.storage.k8s.io/drivername"
-	labelManagedBy  = "csi.storage.k8s.io/managed-by"
+	labelDriverName = contract.LabelCapacityDriver
+	labelManagedBy  = contract.LabelCapacityManagedBy
 )
 
 // reservedParameterPrefix starts the StorageClass parameter keys that are

@@ -7,12 +7,14 @@ import (
 	"hash/fnv"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // managedByBase is the value of csi.storage.k8s.io/managed-by on the
 // capacity objects of the central provisioner: external-provisioner's, so
 // that either sidecar takes over the other's objects (docs/migrating.md).
-const managedByBase = "external-provisioner"
+const managedByBase = contract.CapacityManagedBy
 
 // ManagedBy returns the csi.storage.k8s.io/managed-by label value of the
 // capacity objects of a node's instance ("" for the central provisioner),

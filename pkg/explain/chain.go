@@ -8,20 +8,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
-
-// annSelectedNode is where the scheduler records the node a delayed-binding
-// claim goes to.
-const annSelectedNode = "volume.kubernetes.io/selected-node"
-
-// inFlightRecordFinalizer is the provisioner's in-flight record on a claim (see
-// docs/operations.md, "The in-flight record").
-const inFlightRecordFinalizer = "provisioner.storage.kubernetes.io/volume-leak-protection"
 
 // maxNodeLines bounds the per-node lines; the filter line counts the rest.
 const maxNodeLines = 10
@@ -126,7 +120,7 @@ func (e *explainer) nodeLine() {
 	}
 	var history []string
 	for _, ev := range e.s.events {
-		if r := rescheduleReason(ev.Message); r != "" {
+		if r := handBack(ev); r != "" {
 			history = append(history, fmt.Sprintf("handed back at %s (%s)", eventTime(ev).UTC().Format(time.TimeOnly), r))
 		}
 	}
@@ -134,7 +128,7 @@ func (e *explainer) nodeLine() {
 	if len(history) > 0 {
 		hist = "; before: " + strings.Join(history, ", ")
 	}
-	node := c.Annotations[annSelectedNode]
+	node := c.Annotations[storagehelpers.AnnSelectedNode]
 	mode := e.s.class.VolumeBindingMode
 	switch {
 	case node != "":
@@ -148,19 +142,14 @@ func (e *explainer) nodeLine() {
 	}
 }
 
-// rescheduleReason is the reason a ProvisioningFailed Event gives for handing
-// the claim back to the scheduler, "" when it does not.
-func rescheduleReason(msg string) string {
-	const marker = "asking the scheduler to pick another node ("
-	i := strings.LastIndex(msg, marker)
-	if i < 0 {
+// handBack is why the provisioner handed the claim back to the scheduler
+// in a ProvisioningFailed Event (its contract.AnnHandBack annotation), ""
+// when it did not.
+func handBack(ev v1.Event) contract.HandBack {
+	if ev.Reason != contract.ReasonProvisioningFailed {
 		return ""
 	}
-	rest := msg[i+len(marker):]
-	if j := strings.IndexByte(rest, ')'); j >= 0 {
-		return rest[:j]
-	}
-	return rest
+	return contract.HandBack(ev.Annotations[contract.AnnHandBack])
 }
 
 func (e *explainer) runFilter() error {
@@ -180,7 +169,7 @@ func (e *explainer) runFilter() error {
 		nodes[n.Name] = n
 	}
 	for _, c := range claims {
-		if n := c.Annotations[annSelectedNode]; n != "" {
+		if n := c.Annotations[storagehelpers.AnnSelectedNode]; n != "" {
 			e.core.ObserveClaim(c, nodes[n])
 		}
 	}

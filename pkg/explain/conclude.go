@@ -2,13 +2,15 @@ package explain
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -85,12 +87,12 @@ func (e *explainer) conclude() {
 	case e.concludeFilter():
 	case e.provState == provUnknown && s.leader == nil && e.anyRead("list leader lease") && e.latestSign() == nil && !e.provisionerSpoke():
 		e.set(CauseNoProvisioner, "no provisioner for %s seems to run: no leader Lease %s and no Event from it on the claim: start csi-provisioner (with --leader-election, this tool can tell for sure)",
-			s.class.Provisioner, LeaderLeaseName(s.class.Provisioner))
+			s.class.Provisioner, contract.LeaderLeaseName(s.class.Provisioner))
 	case isDelayed(s.class) && len(s.pods) == 0:
 		e.set(CauseWaitingForPod, "the claim waits for its first consumer: create a pod that uses it")
 	case !s.read[readNodes] || !s.read[readCSINodes]:
 		e.set(CauseUndetermined, "what stops the claim is not known: nodes or CSINodes could not be read (see the access lines for the rules that would allow it)")
-	case isDelayed(s.class) && s.claim.Annotations[annSelectedNode] == "":
+	case isDelayed(s.class) && s.claim.Annotations[storagehelpers.AnnSelectedNode] == "":
 		e.set(CauseWaitingForScheduler, "nodes fit; the scheduler has not placed pod %s/%s yet: check its FailedScheduling Events (other constraints: CPU, memory, affinity)",
 			s.pods[0].Namespace, s.pods[0].Name)
 	default:
@@ -110,10 +112,12 @@ func (e *explainer) concludeBound() {
 	}
 	decision := "no ProvisioningSucceeded Event left on the claim (Events expire after an hour)"
 	for i := len(e.s.events) - 1; i >= 0; i-- {
-		if ev := e.s.events[i]; ev.Reason == "ProvisioningSucceeded" {
-			decision = ev.Message
-			if j := strings.Index(decision, ": "); j >= 0 {
-				decision = decision[j+2:]
+		if ev := e.s.events[i]; ev.Reason == contract.ReasonProvisioningSucceeded {
+			// The placement the provisioner decided; another provisioner
+			// (upstream's) says only what its message says.
+			decision = ev.Annotations[contract.AnnPlacement]
+			if decision == "" {
+				decision = ev.Message
 			}
 			break
 		}
@@ -141,9 +145,9 @@ func nodeAffinityString(pv *v1.PersistentVolume) string {
 func (e *explainer) lastFailure() *v1.Event {
 	for i := len(e.s.events) - 1; i >= 0; i-- {
 		switch e.s.events[i].Reason {
-		case "ProvisioningFailed":
+		case contract.ReasonProvisioningFailed:
 			return &e.s.events[i]
-		case "ProvisioningSucceeded":
+		case contract.ReasonProvisioningSucceeded:
 			return nil
 		}
 	}
@@ -154,31 +158,33 @@ func (e *explainer) lastFailure() *v1.Event {
 // claim (the persistentvolume-controller's own do not count).
 func (e *explainer) provisionerSpoke() bool {
 	for _, ev := range e.s.events {
-		if strings.HasPrefix(ev.Reason, "Provisioning") {
+		switch ev.Reason {
+		case contract.ReasonProvisioning, contract.ReasonProvisioningSucceeded, contract.ReasonProvisioningFailed:
 			return true
 		}
 	}
 	return false
 }
 
-// concludeClassEvent concludes from the newest provisioning failure when it
-// says the class or its secret is wrong: no node would do better.
+// concludeClassEvent concludes from the newest provisioning failure when
+// the provisioner refused the class or its secret (contract.AnnRefusal):
+// no node would do better.
 func (e *explainer) concludeClassEvent() bool {
 	ev := e.lastFailure()
 	if ev == nil {
 		return false
 	}
-	msg, class := ev.Message, e.s.class.Name
-	switch {
-	case strings.Contains(msg, "invalid StorageClass parameter") || strings.Contains(msg, "invalid secret template"):
+	class := e.s.class.Name
+	switch contract.Refusal(ev.Annotations[contract.AnnRefusal]) {
+	case contract.RefusalInvalidParameter, contract.RefusalInvalidSecretTemplate:
 		e.set(CauseBadClassParameter, "class %s has a bad parameter (%s): fix it in a new class (parameters cannot be edited) and recreate the claim with it",
-			class, after(msg, "failed to provision volume with StorageClass \""+class+"\": "))
-	case strings.Contains(msg, "secret") && strings.Contains(msg, "not found"):
+			class, ev.Message)
+	case contract.RefusalSecretNotFound:
 		secret := "the secret"
-		if m := secretRef.FindStringSubmatch(msg); m != nil {
-			secret = "secret " + m[1]
+		if ref := ev.Annotations[contract.AnnSecret]; ref != "" {
+			secret = "secret " + ref
 		}
-		e.set(CauseMissingSecret, "%s, which class %s names, does not exist: create it (%s)", secret, class, after(msg, "reading "))
+		e.set(CauseMissingSecret, "%s, which class %s names, does not exist: create it (%s)", secret, class, ev.Message)
 	default:
 		return false
 	}
@@ -186,17 +192,18 @@ func (e *explainer) concludeClassEvent() bool {
 }
 
 // concludeDriverEvent concludes from the newest provisioning failure when
-// the driver refused the request.
+// the driver refused the request (contract.AnnDriverCode), or said that the
+// selected node's segment is full (contract.AnnHandBack).
 func (e *explainer) concludeDriverEvent() bool {
 	ev := e.lastFailure()
 	if ev == nil {
 		return false
 	}
-	switch msg := ev.Message; {
-	case grpcCode(msg) == "InvalidArgument":
+	switch {
+	case ev.Annotations[contract.AnnDriverCode] == codes.InvalidArgument.String():
 		e.set(CauseDriverInvalidArgument, "driver %s refused CreateVolume with INVALID_ARGUMENT (%s): fix what the driver rejects in class %s's parameters or the claim",
-			e.s.class.Provisioner, after(msg, "desc = "), e.s.class.Name)
-	case rescheduleReason(msg) == "NoCapacity" && e.s.claim.Annotations[annSelectedNode] != "":
+			e.s.class.Provisioner, ev.Message, e.s.class.Name)
+	case handBack(*ev) == contract.HandBackNoCapacity && e.s.claim.Annotations[storagehelpers.AnnSelectedNode] != "":
 		e.set(CauseSegmentFull, "the driver reports the selected node's segment full (ResourceExhausted): free space there, add capacity, or let the scheduler pick another segment")
 	default:
 		return false
@@ -204,19 +211,9 @@ func (e *explainer) concludeDriverEvent() bool {
 	return true
 }
 
-// secretRef finds the "namespace/name" of the secret the provisioner read.
-var secretRef = regexp.MustCompile(`secret ([a-z0-9.-]+/[a-z0-9.-]+): `)
-
-func after(msg, marker string) string {
-	if i := strings.LastIndex(msg, marker); i >= 0 {
-		return msg[i+len(marker):]
-	}
-	return msg
-}
-
 // concludeSelected concludes from the filter's verdict on the selected node.
 func (e *explainer) concludeSelected() bool {
-	node := e.s.claim.Annotations[annSelectedNode]
+	node := e.s.claim.Annotations[storagehelpers.AnnSelectedNode]
 	if node == "" {
 		return false
 	}

@@ -109,6 +109,15 @@ func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *heartbea
 	if s.read[readHeartbeats] {
 		l.Liveness = live
 	}
+	if s.read[readSnapshot] {
+		snaps := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		if s.snapshot != nil {
+			if err := snaps.Add(s.snapshot); err != nil {
+				return nil, nil, nil, nil, fmt.Errorf("indexing: %w", err)
+			}
+		}
+		l.Snapshots = scheduler.NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps))
+	}
 	var counter *limits.Counter
 	if s.read[readPods] && s.read[readClaims] && s.read[readAttachments] && s.read[readVolumes] && s.read[readClasses] {
 		counter = limits.NewCounter(s.class.Provisioner, limits.Stores{
@@ -120,15 +129,6 @@ func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *heartbea
 	core, err := scheduler.New(scheduler.Config{Driver: s.class.Provisioner}, l, counter, func() time.Time { return now })
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("scheduler core: %w", err)
-	}
-	if s.read[readSnapshot] {
-		snaps := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-		if s.snapshot != nil {
-			if err := snaps.Add(s.snapshot); err != nil {
-				return nil, nil, nil, nil, fmt.Errorf("indexing: %w", err)
-			}
-		}
-		core.SetSnapshots(scheduler.NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps)))
 	}
 	if l.Capacities == nil {
 		caps = nil
@@ -145,12 +145,12 @@ func newCore(s *snapshot, st *stores, now time.Time) (*scheduler.Core, *heartbea
 // The map holds nil for a node that fits.
 func verdicts(s *snapshot, core *scheduler.Core) (map[string]*scheduler.Status, error) {
 	pod := probePod(s)
-	pv, err := core.PodVolumes(pod)
+	podVols, err := core.PodVolumes(pod)
 	if err != nil {
 		return nil, fmt.Errorf("the pod's volumes: %w", err)
 	}
 	out := map[string]*scheduler.Status{}
-	if pv == nil {
+	if podVols == nil {
 		return out, nil
 	}
 	req := nodeaffinity.GetRequiredNodeAffinity(pod)
@@ -158,7 +158,7 @@ func verdicts(s *snapshot, core *scheduler.Core) (map[string]*scheduler.Status, 
 		if ok, _ := req.Match(n); !ok {
 			continue
 		}
-		out[n.Name] = core.Filter(pv, n)
+		out[n.Name] = core.Filter(podVols, n)
 	}
 	return out, nil
 }

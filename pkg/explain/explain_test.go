@@ -16,8 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 const (
@@ -56,19 +59,25 @@ func claim(selected string) *v1.PersistentVolumeClaim {
 		Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimPending},
 	}
 	if selected != "" {
-		c.Annotations[annSelectedNode] = selected
+		c.Annotations[storagehelpers.AnnSelectedNode] = selected
 	}
 	return c
 }
 
 func leader(renewedAgo time.Duration) *coordinationv1.Lease {
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: LeaderLeaseName(testDriver)},
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: contract.LeaderLeaseName(testDriver)},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("p-1"), LeaseDurationSeconds: ptr.To[int32](15),
 			RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-renewedAgo)))}}
 }
 
-func failed(msg string) *v1.Event {
-	return &v1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data.1"}, Reason: "ProvisioningFailed", Type: v1.EventTypeWarning,
+// failed is a ProvisioningFailed Event on claim ns/data with annotations
+// given as key, value pairs (the contract.Ann* keys the provisioner sets).
+func failed(msg string, annotations ...string) *v1.Event {
+	ann := map[string]string{}
+	for i := 0; i+1 < len(annotations); i += 2 {
+		ann[annotations[i]] = annotations[i+1]
+	}
+	return &v1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data.1", Annotations: ann}, Reason: contract.ReasonProvisioningFailed, Type: v1.EventTypeWarning,
 		Message:        msg,
 		InvolvedObject: v1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "data", UID: "uid-data"},
 		LastTimestamp:  metav1.NewTime(now.Add(-time.Minute)), Count: 2}
@@ -105,8 +114,9 @@ func TestCauses(t *testing.T) {
 	bound := claim("")
 	bound.Spec.VolumeName, bound.Status.Phase = "pv-1", v1.ClaimBound
 	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1"}}
-	succeeded := failed("Successfully provisioned volume pv-1: selected node n1, segment zone=z1")
-	succeeded.Reason, succeeded.Type = "ProvisioningSucceeded", v1.EventTypeNormal
+	succeeded := failed("Successfully provisioned volume pv-1: selected node n1, segment zone=z1",
+		contract.AnnPlacement, "selected node n1, segment zone=z1")
+	succeeded.Reason, succeeded.Type = contract.ReasonProvisioningSucceeded, v1.EventTypeNormal
 	cases := []struct {
 		name    string
 		objects []runtime.Object
@@ -119,13 +129,16 @@ func TestCauses(t *testing.T) {
 		{"no driver on the selected node", cluster(class("fast"), claim("n3")), CauseNoDriverOnNode, "no driver d.example.com on node n3"},
 		{"allowedTopologies match no node", cluster(class("fast", "z9"), claim("")), CauseNoAllowedSegment, "match no node"},
 		{"bad class parameter", cluster(class("fast"), claim("n1"),
-			failed(`failed to provision volume with StorageClass "fast": invalid StorageClass parameter: unknown key(s) csi.storage.k8s.io/fs-type`)),
+			failed(`failed to provision volume with StorageClass "fast": invalid StorageClass parameter: unknown key(s) csi.storage.k8s.io/fs-type`,
+				contract.AnnRefusal, string(contract.RefusalInvalidParameter))),
 			CauseBadClassParameter, "unknown key(s) csi.storage.k8s.io/fs-type"},
 		{"missing secret", cluster(class("fast"), claim("n1"),
-			failed(`failed to provision volume with StorageClass "fast": reading provisioner secret: secret ns/s1: secrets "s1" not found`)),
+			failed(`failed to provision volume with StorageClass "fast": reading provisioner secret: secret ns/s1: secrets "s1" not found`,
+				contract.AnnRefusal, string(contract.RefusalSecretNotFound), contract.AnnSecret, "ns/s1")),
 			CauseMissingSecret, "ns/s1"},
 		{"driver INVALID_ARGUMENT", cluster(class("fast"), claim("n1"),
-			failed(`failed to provision volume with StorageClass "fast": rpc error: code = InvalidArgument desc = bad size`)),
+			failed(`failed to provision volume with StorageClass "fast": rpc error: code = InvalidArgument desc = bad size`,
+				contract.AnnDriverCode, "InvalidArgument")),
 			CauseDriverInvalidArgument, "bad size"},
 		{"attach limit reached", cluster(append(attachLimitReached(), class("fast"), claim(""))...), CauseAttachLimit,
 			"attach limit reached on node n1"},

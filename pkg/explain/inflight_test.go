@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // TestInFlightLineFindsPVByClaim: the claim's PV is found by the UID in its
@@ -18,7 +20,7 @@ import (
 func TestInFlightLineFindsPVByClaim(t *testing.T) {
 	withRecord := func() *v1.PersistentVolumeClaim {
 		c := claim("n1")
-		c.Finalizers = []string{inFlightRecordFinalizer}
+		c.Finalizers = []string{contract.InFlightRecordFinalizer}
 		return c
 	}
 	pvOf := func(name string, uid string) *v1.PersistentVolume {

@@ -10,7 +10,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -172,7 +174,7 @@ func (e *explainer) perNodeLines() {
 			reasons[st.Reason]++
 		}
 	}
-	sel := e.s.claim.Annotations[annSelectedNode]
+	sel := e.s.claim.Annotations[storagehelpers.AnnSelectedNode]
 	sort.Slice(names, func(i, j int) bool {
 		if (names[i] == sel) != (names[j] == sel) {
 			return names[i] == sel
@@ -256,7 +258,7 @@ func (e *explainer) nodeDetail(name string) {
 func (e *explainer) inFlightLine() {
 	pv := e.claimPV()
 	for _, f := range e.s.claim.Finalizers {
-		if f != inFlightRecordFinalizer {
+		if f != contract.InFlightRecordFinalizer {
 			continue
 		}
 		if pv != nil {
@@ -287,11 +289,12 @@ func (e *explainer) claimPV() *v1.PersistentVolume {
 	return nil
 }
 
-// eventLines give the last provisioning Events with the driver's code.
+// eventLines give the last provisioning Events with the driver's code
+// (contract.AnnDriverCode).
 func (e *explainer) eventLines() {
 	var shown []v1.Event
 	for _, ev := range e.s.events {
-		if ev.Source.Component == "persistentvolume-controller" && ev.Reason != "ProvisioningFailed" {
+		if ev.Source.Component == "persistentvolume-controller" && ev.Reason != contract.ReasonProvisioningFailed {
 			continue
 		}
 		shown = append(shown, ev)
@@ -305,25 +308,11 @@ func (e *explainer) eventLines() {
 			st = Fail
 		}
 		code := ""
-		if c := grpcCode(ev.Message); c != "" {
+		if c := ev.Annotations[contract.AnnDriverCode]; c != "" {
 			code = " [driver: " + c + "]"
 		}
 		e.add("events", st, "%s ago %s (x%d)%s: %s", ago(e.now, eventTime(ev).Time), ev.Reason, max(ev.Count, 1), code, ev.Message)
 	}
-}
-
-// grpcCode is the gRPC status code a message quotes, "" when none.
-func grpcCode(msg string) string {
-	const marker = "code = "
-	i := strings.LastIndex(msg, marker)
-	if i < 0 {
-		return ""
-	}
-	rest := msg[i+len(marker):]
-	if j := strings.IndexAny(rest, " ;,"); j >= 0 {
-		return rest[:j]
-	}
-	return rest
 }
 
 func (e *explainer) deniedLines() {

@@ -7,6 +7,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // recentWindow is how old a sign of the provisioner may be and still say
@@ -21,14 +23,10 @@ const defaultLeaseDuration = 15 * time.Second
 // names: a node deployment's instance publishes the objects of its node
 // with managed-by external-provisioner-<node>.
 const (
-	labelCapacityDriver    = "csi.storage.k8s.io/drivername"
-	labelCapacityManagedBy = "csi.storage.k8s.io/managed-by"
-	instanceManagedBy      = "external-provisioner-"
+	labelCapacityDriver    = contract.LabelCapacityDriver
+	labelCapacityManagedBy = contract.LabelCapacityManagedBy
+	instanceManagedBy      = contract.CapacityManagedBy + "-"
 )
-
-// inFlightComponent is the Event source of the provisioner's in-flight
-// record keeper (csi-provisioner's own Events on a claim).
-const inFlightComponent = "csi-provisioner"
 
 // provState is what the evidence says of the driver's provisioner.
 type provState int
@@ -82,7 +80,7 @@ func (e *explainer) provisionerLine() {
 // leaseFacts describes the leader Lease and says whether it is fresh, and
 // whether it expired longer ago than a failover takes (one more duration).
 func (e *explainer) leaseFacts() (text string, fresh, stale bool) {
-	name := LeaderLeaseName(e.s.class.Provisioner)
+	name := contract.LeaderLeaseName(e.s.class.Provisioner)
 	l := e.s.leader
 	switch {
 	case l == nil && !e.anyRead("list leader lease"):
@@ -155,7 +153,7 @@ func (e *explainer) signs() []sign {
 // <driver>_<host>_<uuid>, our in-flight keeper as csi-provisioner.
 func fromProvisioner(ev v1.Event, driver string) bool {
 	for _, c := range []string{ev.Source.Component, ev.ReportingController} {
-		if c == driver || strings.HasPrefix(c, driver+"_") || c == inFlightComponent {
+		if c == driver || strings.HasPrefix(c, driver+"_") || c == contract.InFlightEventComponent {
 			return true
 		}
 	}
@@ -176,14 +174,14 @@ func (e *explainer) inFlightTime() (at time.Time, ok bool) {
 	c := e.s.claim
 	found := false
 	for _, f := range c.Finalizers {
-		found = found || f == inFlightRecordFinalizer
+		found = found || f == contract.InFlightRecordFinalizer
 	}
 	if !found {
 		return time.Time{}, false
 	}
 	at = c.CreationTimestamp.Time
 	for _, m := range c.ManagedFields {
-		if m.Time != nil && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), inFlightRecordFinalizer) && m.Time.After(at) {
+		if m.Time != nil && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), contract.InFlightRecordFinalizer) && m.Time.After(at) {
 			at = m.Time.Time
 		}
 	}

@@ -18,6 +18,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // provEvent is a ProvisioningFailed Event on the claim from component,
@@ -33,10 +35,10 @@ func provEvent(component string, ago time.Duration) *v1.Event {
 func inFlightClaim(ago time.Duration) *v1.PersistentVolumeClaim {
 	c := claim("n1")
 	c.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
-	c.Finalizers = []string{inFlightRecordFinalizer}
+	c.Finalizers = []string{contract.InFlightRecordFinalizer}
 	c.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "csi-provisioner", Operation: metav1.ManagedFieldsOperationUpdate,
 		Time: ptr.To(metav1.NewTime(now.Add(-ago))), FieldsType: "FieldsV1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:finalizers":{"v:\"` + inFlightRecordFinalizer + `\"":{}}}}`)}}}
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:finalizers":{"v:\"` + contract.InFlightRecordFinalizer + `\"":{}}}}`)}}}
 	return c
 }
 

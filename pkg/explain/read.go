@@ -5,7 +5,6 @@ import (
 	"fmt"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"sort"
-	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
 )
 
@@ -177,22 +177,10 @@ func heartbeatOptions() metav1.ListOptions {
 	return o
 }
 
-// LeaderLeaseName is the name of the provisioner's leader-election Lease
-// for a driver: its name with every character that is not a letter or a
-// digit replaced by '-' (as upstream external-provisioner names it).
-func LeaderLeaseName(driver string) string {
-	return strings.Map(func(r rune) rune {
-		if ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9') {
-			return r
-		}
-		return '-'
-	}, driver)
-}
-
 // readLeader finds the leader Lease by name, in Options.LeaseNamespace or
 // in every namespace; the most recently renewed one wins.
 func (r *reader) readLeader(ctx context.Context) error {
-	name := LeaderLeaseName(r.s.class.Provisioner)
+	name := contract.LeaderLeaseName(r.s.class.Provisioner)
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
 	list, err := r.client.CoordinationV1().Leases(r.opts.LeaseNamespace).List(ctx, opts)
 	where := "all namespaces"

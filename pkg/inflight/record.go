@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/component-helpers/storage/volume"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // Finalizer is the finalizer that records, on a claim, that a volume of the
@@ -28,21 +30,21 @@ import (
 // external-provisioner, which never removes it, can take over. The name
 // follows upstream external-provisioner's claim finalizers
 // (provisioner.storage.kubernetes.io/cloning-protection).
-const Finalizer = "provisioner.storage.kubernetes.io/volume-leak-protection"
+const Finalizer = contract.InFlightRecordFinalizer
 
 // Event reasons of the in-flight record, posted on the claim.
 const (
 	// ReasonInFlightVolumeDeleted: the claim was deleted before its volume
 	// got a PV; the volume was deleted and the record removed.
-	ReasonInFlightVolumeDeleted = "InFlightVolumeDeleted"
+	ReasonInFlightVolumeDeleted = contract.ReasonInFlightVolumeDeleted
 	// ReasonInFlightVolumeAbandoned: the record was removed without
 	// knowing that no volume remains (the class is gone, or the driver
 	// gave a final error to the CreateVolume that learns the volume's ID).
-	ReasonInFlightVolumeAbandoned = "InFlightVolumeAbandoned"
+	ReasonInFlightVolumeAbandoned = contract.ReasonInFlightVolumeAbandoned
 	// ReasonVolumeNameTaken: the PV of a new volume could not be created
 	// because another volume's PV holds the name; the new volume was
 	// deleted.
-	ReasonVolumeNameTaken = "VolumeNameTaken"
+	ReasonVolumeNameTaken = contract.ReasonVolumeNameTaken
 )
 
 // ErrClaimGoneOrDeleting stops a provision whose claim is gone, being

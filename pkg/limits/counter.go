@@ -7,6 +7,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 )
 
 // Index names Counter needs on its informers (see AddIndexers).
@@ -20,7 +21,7 @@ const (
 	AttachmentsByNode = "limits/attachments-by-node"
 )
 
-const annSelectedNode = "volume.kubernetes.io/selected-node"
+const annSelectedNode = storagehelpers.AnnSelectedNode
 
 // AddIndexers adds the indexes Counter reads to the pod, claim and
 // VolumeAttachment informers. Call it before the informers start.

@@ -15,6 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// testDriver is the driver whose volumes the counter counts.
+const testDriver = "mock.csi.example.com"
+
 // stores builds indexed stores like informers with AddIndexers would.
 func stores(t testing.TB) Stores {
 	t.Helper()

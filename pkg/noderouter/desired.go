@@ -5,19 +5,20 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
 // annSelectedNode is where the scheduler (or the node claimer of an
 // immediate-binding claim) records the node of a claim.
-const annSelectedNode = "volume.kubernetes.io/selected-node"
+const annSelectedNode = storagehelpers.AnnSelectedNode
 
 // Annotations kube-controller-manager's PV controller puts on a claim it
 // leaves to an external provisioner (the beta one for older clusters).
 const (
-	annStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
-	annBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+	annStorageProvisioner     = storagehelpers.AnnStorageProvisioner
+	annBetaStorageProvisioner = storagehelpers.AnnBetaStorageProvisioner
 )
 
 // want is the label a claim or PV should carry: keep means leave it as it

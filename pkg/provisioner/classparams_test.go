@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 )
 
 // pvSecrets is every secret a provisioned PV records.
@@ -80,7 +82,7 @@ func TestUpstreamClassParameters(t *testing.T) {
 		},
 		{
 			name:    "fstype twice",
-			params:  []string{"fstype", "xfs", paramFSType, "ext4"},
+			params:  []string{"fstype", "xfs", classparams.FSTypeKey, "ext4"},
 			wantErr: ErrInvalidParameter,
 		},
 	}

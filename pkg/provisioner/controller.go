@@ -21,6 +21,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/bindthrough"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/capacity"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodedeploy"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
@@ -343,7 +344,7 @@ func capacityConfig(cfg ControllerConfig) capacity.Config {
 	if nd := cfg.Provisioner.Node; nd != nil {
 		cc.ManagedBy = capacity.ManagedBy(nd.NodeName)
 	}
-	cc.DriverParameters = driverParameters
+	cc.DriverParameters = classparams.DriverParameters
 	return cc
 }
 

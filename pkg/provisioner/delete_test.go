@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -48,7 +49,7 @@ func TestSecretsAndDelete(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"password": "hunter2"}, req.GetSecrets()); diff != "" {
 		t.Errorf("CreateVolume secrets (-want +got):\n%s", diff)
 	}
-	wantParams := map[string]string{paramPVCName: "data", paramPVCNamespace: "apps", paramPVName: "pvc-uid-data"}
+	wantParams := map[string]string{classparams.PVCNameKey: "data", classparams.PVCNamespaceKey: "apps", classparams.PVNameKey: "pvc-uid-data"}
 	if diff := cmp.Diff(wantParams, req.GetParameters()); diff != "" {
 		t.Errorf("extra create metadata (-want +got):\n%s", diff)
 	}

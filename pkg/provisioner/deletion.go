@@ -12,6 +12,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/util"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 )
 
 // deletedMemory is how long the provisioner remembers that it deleted a PV's
@@ -150,7 +152,7 @@ func (p *Provisioner) deletionSecretRef(ctx context.Context, pv *v1.PersistentVo
 			"pv", klog.KObj(pv), "storageClass", className, "provisioner", class.Provisioner)
 		return nil, nil
 	}
-	t, ok, err := collectSecretKeys(class.Parameters).template(secretProvisioner)
+	secret, ok, err := classparams.ProvisionerSecret(class.Parameters)
 	if pv.Spec.ClaimRef == nil {
 		if ok || err != nil {
 			logger.Info("PV without deletion-secret annotations has no claimRef to resolve its class's provisioner secret, deleting the volume without secrets",
@@ -164,10 +166,10 @@ func (p *Provisioner) deletionSecretRef(ctx context.Context, pv *v1.PersistentVo
 	if !ok {
 		return nil, nil
 	}
-	ref, err := resolveSecretRef(secretProvisioner, t, templateVars{
-		pvName:       pv.Name,
-		pvcName:      pv.Spec.ClaimRef.Name,
-		pvcNamespace: pv.Spec.ClaimRef.Namespace,
+	ref, err := secret.Resolve(classparams.TemplateVars{
+		PVName:       pv.Name,
+		PVCName:      pv.Spec.ClaimRef.Name,
+		PVCNamespace: pv.Spec.ClaimRef.Namespace,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("deletion secret of PV %q from StorageClass %q: %w", pv.Name, className, err)

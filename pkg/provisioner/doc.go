@@ -22,7 +22,25 @@
 // backoff (SlowRetries). A PV's volume is not deleted while a
 // VolumeAttachment names the PV (AttachmentIndex).
 //
-// Every read of StorageClass, Node, CSINode, PV and PVC objects comes from
-// informers of one shared informer factory (see Controller); the only API GETs
-// are for Secrets named by a class's secret parameters.
+// StorageClass, Node, CSINode, PV and PVC objects are read from informers of
+// one shared informer factory (see Controller). The API GETs, made here or
+// by package inflight for the provisioner, are for what no informer holds,
+// or not yet:
+//   - the provisioner secret a class names (Deps.Secrets), for each
+//     CreateVolume and DeleteVolume that needs it: Secrets are not cached,
+//     so that the provisioner needs no watch of every Secret of the
+//     cluster, as upstream;
+//   - a PV whose create found its name taken (inflight.NameGuard on the
+//     library's PV create): the informer may not have seen that PV yet;
+//   - a claim after an UPDATE conflict, or one without a resourceVersion,
+//     where RBAC refuses claim PATCHes and the record and the hand-back
+//     write claims by UPDATE (inflight.ClaimWriter): the conflict says the
+//     cached copy is stale;
+//   - a restore's VolumeSnapshotContent where the contents may not be
+//     watched, and a claim's VolumeAttributesClass where that API may not be
+//     listed and watched (Sources): without a watch there is no informer,
+//     so each attempt reads it, as upstream.
+//
+// docs/design.md lists the GETs of every binary ("No API GET for what an
+// informer holds").
 package provisioner

@@ -5,37 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // errLostLeadership is returned by Run when another replica took the Lease
 // while this one was still running.
 var errLostLeadership = errors.New("lost the leader-election lease")
-
-// leaseName returns the Lease name for a driver, the one upstream
-// external-provisioner uses, so that replicas of either image elect one
-// leader between them (during a rolling update from one to the other, only
-// one provisions): the driver name with every character that is not a
-// letter, digit or '-' replaced by '-', and an 'X' appended when it would
-// end in '-'. "mock.csi.example.com" gives "mock-csi-example-com".
-func leaseName(driver string) string {
-	name := strings.Map(func(r rune) rune {
-		if (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') || r == '-' {
-			return r
-		}
-		return '-'
-	}, driver)
-	if strings.HasSuffix(name, "-") {
-		name += "X"
-	}
-	return name
-}
 
 func leaseNamespace(configured string) string {
 	if configured != "" {
@@ -57,7 +39,7 @@ func runLeaderElected(ctx context.Context, cfg ControllerConfig, client kubernet
 	}
 	identity := host + "_" + string(uuid.NewUUID())
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock,
-		leaseNamespace(cfg.LeaderElectionNamespace), leaseName(cfg.Provisioner.DriverName),
+		leaseNamespace(cfg.LeaderElectionNamespace), contract.LeaderLeaseName(cfg.Provisioner.DriverName),
 		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
 	if err != nil {
 		return fmt.Errorf("creating the leader-election lock: %w", err)
@@ -69,7 +51,7 @@ func runLeaderElected(ctx context.Context, cfg ControllerConfig, client kubernet
 		RenewDeadline:   cfg.RenewDeadline,
 		RetryPeriod:     cfg.RetryPeriod,
 		ReleaseOnCancel: true,
-		Name:            leaseName(cfg.Provisioner.DriverName),
+		Name:            contract.LeaderLeaseName(cfg.Provisioner.DriverName),
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				logger.Info("Became leader, provisioning", "identity", identity)

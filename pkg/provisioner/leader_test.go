@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 )
 
 // The leader works while it holds the Lease and, on shutdown, releases it so
@@ -61,8 +63,8 @@ func TestLeaseName(t *testing.T) {
 		{driver: "csi_driver.", want: "csi-driver-X"},
 	} {
 		t.Run(tc.driver, func(t *testing.T) {
-			if got := leaseName(tc.driver); got != tc.want {
-				t.Errorf("leaseName(%q) = %q, want %q", tc.driver, got, tc.want)
+			if got := contract.LeaderLeaseName(tc.driver); got != tc.want {
+				t.Errorf("LeaderLeaseName(%q) = %q, want %q", tc.driver, got, tc.want)
 			}
 		})
 	}
@@ -71,7 +73,7 @@ func TestLeaseName(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		example := "(mock.csi.example.com: " + leaseName("mock.csi.example.com") + ")"
+		example := "(mock.csi.example.com: " + contract.LeaderLeaseName("mock.csi.example.com") + ")"
 		if !strings.Contains(string(rbac), example) {
 			t.Errorf("deploy/kubernetes/base/provisioner-rbac.yaml does not give the Lease name's example %q", example)
 		}

@@ -11,8 +11,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
@@ -110,16 +112,24 @@ func (c *libraryCoreV1) Events(namespace string) corev1client.EventInterface {
 
 // Event reasons the provisioning library posts on claims.
 const (
-	reasonProvisioning          = "Provisioning"
-	reasonProvisioningSucceeded = "ProvisioningSucceeded"
+	reasonProvisioning          = contract.ReasonProvisioning
+	reasonProvisioningSucceeded = contract.ReasonProvisioningSucceeded
+	reasonProvisioningFailed    = contract.ReasonProvisioningFailed
 )
 
 // DecisionLog carries the topology decision of a successful provision from
 // Provision to the claim's ProvisioningSucceeded Event, so that one Event per
-// volume tells both that and where it was provisioned. Safe for concurrent use.
+// volume tells both that and where it was provisioned, and why an attempt
+// failed to its ProvisioningFailed Event, as the annotations of
+// pkg/contract (RecordFailure). Safe for concurrent use.
 type DecisionLog struct {
 	mu        sync.Mutex
 	decisions map[types.UID]Decision
+	// failures wait for their Events; swept when there are more than
+	// sweepAt claims.
+	failures map[types.UID][]failureNote
+	sweepAt  int
+	clock    clock.PassiveClock
 }
 
 // Decision is what a claim's ProvisioningSucceeded Event says, or that it
@@ -137,7 +147,8 @@ type Decision struct {
 
 // NewDecisionLog returns an empty DecisionLog.
 func NewDecisionLog() *DecisionLog {
-	return &DecisionLog{decisions: map[types.UID]Decision{}}
+	return &DecisionLog{decisions: map[types.UID]Decision{}, failures: map[types.UID][]failureNote{},
+		sweepAt: minSweep, clock: clock.RealClock{}}
 }
 
 // Record stores the placement decision for a claim, replacing an earlier
@@ -283,9 +294,20 @@ func (e *trimmedEvents) rewrite(ev *v1.Event) (drop bool) {
 		}
 		if ok && d.Placement != "" {
 			ev.Message += ": " + d.Placement
+			annotate(ev, map[string]string{contract.AnnPlacement: d.Placement})
 		}
+	case reasonProvisioningFailed:
+		annotate(ev, e.log.takeFailure(ev.InvolvedObject.UID, ev.Message))
 	}
 	return false
+}
+
+// repeated forgets the failure of an Event posted again (a PATCH of its
+// count): the Event got the failure's annotations when it was created.
+func (e *trimmedEvents) repeated(ev *v1.Event) {
+	if ev.Reason == reasonProvisioningFailed {
+		e.log.takeFailure(ev.InvolvedObject.UID, ev.Message)
+	}
 }
 
 func (e *trimmedEvents) CreateWithEventNamespace(ev *v1.Event) (*v1.Event, error) {
@@ -320,6 +342,7 @@ func (e *trimmedEvents) PatchWithEventNamespace(ev *v1.Event, data []byte) (*v1.
 	if ev.Reason == reasonProvisioning {
 		return ev, nil
 	}
+	e.repeated(ev)
 	return e.EventInterface.PatchWithEventNamespace(ev, data)
 }
 
@@ -327,5 +350,6 @@ func (e *trimmedEvents) PatchWithEventNamespaceWithContext(ctx context.Context, 
 	if ev.Reason == reasonProvisioning {
 		return ev, nil
 	}
+	e.repeated(ev)
 	return e.EventInterface.PatchWithEventNamespaceWithContext(ctx, ev, data)
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
@@ -31,7 +32,7 @@ import (
 )
 
 // annSelectedNode is the scheduler's annotation on a delayed-binding claim.
-const annSelectedNode = "volume.kubernetes.io/selected-node"
+const annSelectedNode = storagehelpers.AnnSelectedNode
 
 // ControllerClient is the subset of the CSI Controller service the
 // provisioner calls. csi.ControllerClient implements it; it must be safe for
@@ -61,7 +62,8 @@ type CapacityRefresher interface {
 type Deps struct {
 	// CSI is the driver's controller service. Required.
 	CSI ControllerClient
-	// Secrets reads the Secrets a class references (the only API GETs).
+	// Secrets reads the Secrets a class references, with a GET each time:
+	// Secrets are not cached (package doc lists every GET).
 	// Required.
 	Secrets corev1client.SecretsGetter
 	// CSINodes lists CSINode objects from an informer. Required.
@@ -211,6 +213,9 @@ func (p *Provisioner) Provision(ctx context.Context, opts controller.ProvisionOp
 	if errors.As(err, &ignored) {
 		return pv, state, err
 	}
+	if err != nil && p.deps.Decisions != nil {
+		p.deps.Decisions.RecordFailure(opts.PVC.UID, err, failureAnnotations(state, err))
+	}
 	p.deps.Metrics.observeOperation("provision", opts.StorageClass.Name, provisionResult(state, err), time.Since(start))
 	if err == nil && pv != nil && p.selections != nil {
 		node := opts.PVC.Annotations[annSelectedNode]
@@ -356,7 +361,7 @@ func (p *Provisioner) createVolumeFailed(ctx context.Context, claim *v1.Persiste
 		p.full.learn(ctx, class, seg, false, req.GetCapacityRange().GetRequiredBytes(), "RESOURCE_EXHAUSTED")
 	}
 	code := status.Code(err)
-	err = fmt.Errorf("CreateVolume %q: %w", name, err)
+	err = &createVolumeError{name: name, err: err}
 	if code == codes.InvalidArgument && p.deps.Retries != nil {
 		p.deps.Retries.Slow(claim.UID)
 		err = fmt.Errorf("%w; the driver finds the request invalid: next attempt in %s, or at once when the claim changes",
@@ -476,7 +481,7 @@ func (p *Provisioner) fail(ctx context.Context, claim *v1.PersistentVolumeClaim,
 		}
 		logger.V(2).Info("Returning claim to the scheduler", "reason", reason, "err", err)
 		p.deps.Metrics.observeReschedule(reason)
-		err = fmt.Errorf("%w; asking the scheduler to pick another node (%s)", err, reason)
+		err = &handBackError{reason: reason, err: err}
 	default:
 		p.forgetBackground(claim.UID)
 	}
@@ -535,7 +540,7 @@ func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNod
 func (p *Provisioner) readSecret(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
 	secret, err := p.deps.Secrets.Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, &secretError{namespace: ref.Namespace, name: ref.Name, err: err}
 	}
 	out := make(map[string]string, len(secret.Data))
 	for k, v := range secret.Data {

@@ -11,7 +11,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
+)
+
+// PV annotations that record the provisioner secret for DeleteVolume.
+const (
+	annDeletionSecretName      = "volume.kubernetes.io/provisioner-deletion-secret-name"
+	annDeletionSecretNamespace = "volume.kubernetes.io/provisioner-deletion-secret-namespace"
+)
+
+// PV annotations that record the controller-modify secret for the
+// external-resizer's ControllerModifyVolume (upstream's names).
+const (
+	annModifySecretName      = "volume.kubernetes.io/controller-modify-secret-name"
+	annModifySecretNamespace = "volume.kubernetes.io/controller-modify-secret-namespace"
 )
 
 // buildPV describes a created volume as a PersistentVolume of the volume's
@@ -42,11 +56,11 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 		FSType:           req.fsType,
 		ReadOnly:         p.cfg.ControllerPublishReadOnly && readerOnly(req.csi.GetVolumeCapabilities()),
 	}
-	source.ControllerPublishSecretRef = req.secrets[secretControllerPublish]
-	source.NodeStageSecretRef = req.secrets[secretNodeStage]
-	source.NodePublishSecretRef = req.secrets[secretNodePublish]
-	source.ControllerExpandSecretRef = req.secrets[secretControllerExpand]
-	source.NodeExpandSecretRef = req.secrets[secretNodeExpand]
+	source.ControllerPublishSecretRef = req.secrets[classparams.SecretControllerPublish]
+	source.NodeStageSecretRef = req.secrets[classparams.SecretNodeStage]
+	source.NodePublishSecretRef = req.secrets[classparams.SecretNodePublish]
+	source.ControllerExpandSecretRef = req.secrets[classparams.SecretControllerExpand]
+	source.NodeExpandSecretRef = req.secrets[classparams.SecretNodeExpand]
 
 	pv := &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: req.csi.GetName()},
@@ -72,7 +86,7 @@ func (p *Provisioner) buildPV(opts controller.ProvisionOptions, req *createReque
 		pv.Annotations[annDeletionSecretName] = ref.Name
 		pv.Annotations[annDeletionSecretNamespace] = ref.Namespace
 	}
-	if ref := req.secrets[secretControllerModify]; ref != nil {
+	if ref := req.secrets[classparams.SecretControllerModify]; ref != nil {
 		pv.Annotations[annModifySecretName] = ref.Name
 		pv.Annotations[annModifySecretNamespace] = ref.Namespace
 	}

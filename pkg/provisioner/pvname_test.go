@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
 
@@ -69,7 +70,7 @@ func TestProvisionNamesPVAfterVolume(t *testing.T) {
 			got := map[string]string{
 				"volume":                 req.GetName(),
 				"PV":                     pv.Name,
-				paramPVName:              req.GetParameters()[paramPVName],
+				classparams.PVNameKey:    req.GetParameters()[classparams.PVNameKey],
 				"node-publish secret":    secret.Name,
 				"volume in the driver":   e.volumeNames()[0],
 				"node-publish namespace": secret.Namespace,

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
 
@@ -235,7 +236,7 @@ func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedInd
 	events kubernetes.Interface, reg metrics.KubeRegistry) (*inflight.Keeper, record.EventRecorder, error) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: events.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-provisioner"})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: contract.InFlightEventComponent})
 	k, err := inflight.NewKeeper(inflight.KeeperConfig{Records: p.records.get(), Volumes: recordVolumes{p}, Claims: claims,
 		ClaimVolumes: pvs, Recorder: recorder, Metrics: reg, DriverName: p.cfg.DriverName})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
 
@@ -36,7 +37,7 @@ func RemoveInFlightRecords(ctx context.Context, cfg ControllerConfig, clients Cl
 	leCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	logger.Info("Waiting for the leader-election Lease, so that no provisioner of the driver runs meanwhile",
-		"lease", leaseName(cfg.Provisioner.DriverName), "namespace", leaseNamespace(cfg.LeaderElectionNamespace))
+		"lease", contract.LeaderLeaseName(cfg.Provisioner.DriverName), "namespace", leaseNamespace(cfg.LeaderElectionNamespace))
 	err := runLeaderElected(leCtx, cfg, clients.LeaderElection, func(ctx context.Context) {
 		out, werr = removeRecords(ctx, cfg, clients, driver)
 		ran = true

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/datasource"
 )
 
@@ -19,6 +20,19 @@ import (
 // (no size, impossible size range, unsupported data source or selector).
 // It is datasource.ErrInvalidClaim, which the data-source checks wrap.
 var ErrInvalidClaim = datasource.ErrInvalidClaim
+
+// ErrInvalidParameter marks a StorageClass parameter error: a configuration
+// error that retrying cannot fix until the class is corrected.
+var ErrInvalidParameter = classparams.ErrInvalidParameter
+
+// ErrSecretTemplate marks a StorageClass secret template that cannot be
+// resolved for a claim (unknown variable, missing annotation, invalid
+// result).
+var ErrSecretTemplate = classparams.ErrSecretTemplate
+
+// secretProvisioner is the kind of the class's secret that the provisioner
+// itself passes to CreateVolume and DeleteVolume.
+const secretProvisioner = classparams.SecretProvisioner
 
 // volumeName returns the deterministic CSI volume name of a claim:
 // <prefix>-<PVC UID>, the UID truncated (dashes removed) when uuidLength > 0.
@@ -93,20 +107,20 @@ func checkClaim(claim *v1.PersistentVolumeClaim) error {
 type createRequest struct {
 	csi     *csi.CreateVolumeRequest
 	fsType  string
-	secrets map[secretKind]*v1.SecretReference
+	secrets map[classparams.SecretKind]*v1.SecretReference
 	// source is the claim's data source, nil for an empty volume.
 	source *datasource.Source
 	// attributesClass is the claim's VolumeAttributesClass, "" for none.
 	attributesClass string
 	// deprecated are the deprecated class parameters the request honours.
-	deprecated []deprecatedParameter
+	deprecated []classparams.DeprecatedKey
 }
 
 // warnDeprecated logs each deprecated class parameter a request honours,
 // as upstream warns at every provision.
 func (r *createRequest) warnDeprecated(logger klog.Logger) {
 	for _, d := range r.deprecated {
-		logger.Info("StorageClass uses a deprecated parameter", "key", d.key, "use", d.use)
+		logger.Info("StorageClass uses a deprecated parameter", "key", d.Key, "use", d.Use)
 	}
 }
 
@@ -124,7 +138,7 @@ func (p *Provisioner) buildCreateRequest(ctx context.Context, opts controller.Pr
 	if err := checkClaim(claim); err != nil {
 		return nil, err
 	}
-	params, err := parseClassParameters(class.Parameters)
+	params, err := classparams.Parse(class.Parameters)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +146,7 @@ func (p *Provisioner) buildCreateRequest(ctx context.Context, opts controller.Pr
 	if err != nil {
 		return nil, err
 	}
-	fsType := params.fsType
+	fsType := params.FSType
 	if fsType == "" {
 		fsType = p.cfg.DefaultFSType
 	}
@@ -146,11 +160,11 @@ func (p *Provisioner) buildCreateRequest(ctx context.Context, opts controller.Pr
 	// The PV has the volume's name, as upstream (pvname.go), whatever
 	// opts.PVName says.
 	name := p.pvName(claim)
-	refs, err := secretRefs(params.secrets, templateVars{
-		pvName:         name,
-		pvcName:        claim.Name,
-		pvcNamespace:   claim.Namespace,
-		pvcAnnotations: claim.Annotations,
+	refs, err := params.Secrets(classparams.TemplateVars{
+		PVName:         name,
+		PVCName:        claim.Name,
+		PVCNamespace:   claim.Namespace,
+		PVCAnnotations: claim.Annotations,
 	})
 	if err != nil {
 		return nil, err
@@ -163,11 +177,11 @@ func (p *Provisioner) buildCreateRequest(ctx context.Context, opts controller.Pr
 		}
 		attributesClass = attributesClassName(claim)
 	}
-	driverParams := params.driver
+	driverParams := params.Driver
 	if p.cfg.ExtraCreateMetadata {
-		driverParams[paramPVCName] = claim.Name
-		driverParams[paramPVCNamespace] = claim.Namespace
-		driverParams[paramPVName] = name
+		driverParams[classparams.PVCNameKey] = claim.Name
+		driverParams[classparams.PVCNamespaceKey] = claim.Namespace
+		driverParams[classparams.PVNameKey] = name
 	}
 	return &createRequest{
 		csi: &csi.CreateVolumeRequest{
@@ -180,6 +194,6 @@ func (p *Provisioner) buildCreateRequest(ctx context.Context, opts controller.Pr
 		fsType:          fsType,
 		secrets:         refs,
 		attributesClass: attributesClass,
-		deprecated:      params.deprecated,
+		deprecated:      params.Deprecated,
 	}, nil
 }

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
 )
 
 func TestVolumeName(t *testing.T) {
@@ -133,7 +135,7 @@ func TestBuildCreateRequestCapabilities(t *testing.T) {
 				block := v1.PersistentVolumeBlock
 				claim.Spec.VolumeMode = &block
 			}
-			class := makeClass("c").withParams(paramFSType, "xfs")
+			class := makeClass("c").withParams(classparams.FSTypeKey, "xfs")
 			class.MountOptions = []string{"noatime"}
 			req, err := p.buildCreateRequest(t.Context(), controller.ProvisionOptions{PVC: claim, StorageClass: class.StorageClass, PVName: "pvc-uid-data"})
 			if err != nil {

@@ -7,31 +7,33 @@ import (
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
-// RescheduleReason says why a claim was handed back to the scheduler.
-type RescheduleReason string
+// RescheduleReason says why a claim was handed back to the scheduler: the
+// value of its ProvisioningFailed Event's contract.AnnHandBack annotation.
+type RescheduleReason = contract.HandBack
 
 // Reasons for a reschedule.
 const (
 	// RescheduleNoCapacity: the driver returned RESOURCE_EXHAUSTED for the
 	// selected node's segment.
-	RescheduleNoCapacity RescheduleReason = "NoCapacity"
+	RescheduleNoCapacity = contract.HandBackNoCapacity
 	// RescheduleNodeIneligible: the selected node can never host the volume
 	// (gone, no CSINode entry or driver, topology label missing, outside the
 	// class's allowedTopologies).
-	RescheduleNodeIneligible RescheduleReason = "NodeIneligible"
+	RescheduleNodeIneligible = contract.HandBackNodeIneligible
 	// RescheduleVolumeNotAccessible: the driver made the volume in a segment
 	// the selected node cannot reach; it was deleted again.
-	RescheduleVolumeNotAccessible RescheduleReason = "VolumeNotAccessible"
+	RescheduleVolumeNotAccessible = contract.HandBackVolumeNotAccessible
 	// RescheduleSourceUnreachable: the selected node cannot reach the
 	// claim's data source (the volume a clone copies or a snapshot was taken
 	// of).
-	RescheduleSourceUnreachable RescheduleReason = "SourceUnreachable"
+	RescheduleSourceUnreachable = contract.HandBackSourceUnreachable
 	// RescheduleDriverNotLive: node deployment, the driver on the selected
 	// node (this instance's) does not answer.
-	RescheduleDriverNotLive RescheduleReason = "DriverNotLive"
+	RescheduleDriverNotLive = contract.HandBackDriverNotLive
 )
 
 // createVolumeState maps a CreateVolume error onto the library's

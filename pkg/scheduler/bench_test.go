@@ -67,14 +67,14 @@ func benchWorld(b *testing.B) *world {
 
 // benchCores returns, over one world, a Core without reservations and one
 // with benchReservations of other pods in flight in the target node's
-// bucket, and the target node.
-func benchCores(b *testing.B) (map[string]*Core, *v1.Node) {
+// bucket, both reading opt, and the target node.
+func benchCores(b *testing.B, opt OptionalSources) (map[string]*Core, *v1.Node) {
 	b.Helper()
 	w := benchWorld(b)
 	target := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2500", Labels: map[string]string{nodeKey: "node-2500"}}}
 	weights := ScoreWeights{FreeCapacity: 1, VolumeHeadroom: 1}
-	idle := w.coreWith(b, Config{Driver: driver, ScoreWeights: weights}, nil)
-	busy := w.coreWith(b, Config{Driver: driver, ScoreWeights: weights}, nil)
+	idle := w.coreFrom(b, Config{Driver: driver, ScoreWeights: weights}, nil, opt)
+	busy := w.coreFrom(b, Config{Driver: driver, ScoreWeights: weights}, nil, opt)
 	for i := 0; i < benchReservations; i++ {
 		busy.Ledger().Reserve(Request{UID: types.UID(fmt.Sprintf("r-%d", i)), Claim: fmt.Sprintf("ns/r-%d", i), Pod: fmt.Sprintf("ns/rp-%d", i),
 			Node: target.Name, Segment: nodeKey + "=" + target.Name, Class: "fast", Bytes: gi})
@@ -88,8 +88,8 @@ func benchCores(b *testing.B) (map[string]*Core, *v1.Node) {
 // the node's bucket: driver keys, allowedTopologies, attach limit (with the
 // reservations on the node), capacity minus reservations.
 func BenchmarkFilter(b *testing.B) {
-	benchEach(b, func(b *testing.B, c *Core, pv *PodVolumes, target *v1.Node) {
-		if st := c.Filter(pv, target); st != nil {
+	benchEach(b, func(b *testing.B, c *Core, podVols *PodVolumes, target *v1.Node) {
+		if st := c.Filter(podVols, target); st != nil {
 			b.Fatal(st)
 		}
 	})
@@ -98,8 +98,8 @@ func BenchmarkFilter(b *testing.B) {
 // BenchmarkScore scores the same node for the same pod with both score
 // weights 1 (free capacity and attach headroom).
 func BenchmarkScore(b *testing.B) {
-	benchEach(b, func(b *testing.B, c *Core, pv *PodVolumes, target *v1.Node) {
-		if s := c.Score(pv, target); s <= 0 {
+	benchEach(b, func(b *testing.B, c *Core, podVols *PodVolumes, target *v1.Node) {
+		if s := c.Score(podVols, target); s <= 0 {
 			b.Fatalf("score %d", s)
 		}
 	})
@@ -108,17 +108,17 @@ func BenchmarkScore(b *testing.B) {
 // benchEach runs op in a loop for a pod with two pending claims on the
 // target node of each benchmark Core (without and with reservations).
 func benchEach(b *testing.B, op func(*testing.B, *Core, *PodVolumes, *v1.Node)) {
-	cores, target := benchCores(b)
+	cores, target := benchCores(b, OptionalSources{})
 	for _, name := range []string{"reservations=0", fmt.Sprintf("reservations=%d", benchReservations)} {
 		c := cores[name]
-		pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
+		podVols, err := c.PodVolumes(pod("new", "new-1", "new-2"))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				op(b, c, pv, target)
+				op(b, c, podVols, target)
 			}
 		})
 	}
@@ -135,9 +135,9 @@ func BenchmarkPodVolumes(b *testing.B) {
 	p := pod("new", "new-1", "new-clone")
 	b.ReportAllocs()
 	for b.Loop() {
-		pv, err := c.PodVolumes(p)
-		if err != nil || len(pv.Pending) != 2 || pv.Pending[1].Source == nil {
-			b.Fatalf("PodVolumes = %v, %v", pv, err)
+		podVols, err := c.PodVolumes(p)
+		if err != nil || len(podVols.Pending) != 2 || podVols.Pending[1].Source == nil {
+			b.Fatalf("PodVolumes = %v, %v", podVols, err)
 		}
 	}
 }
@@ -148,7 +148,7 @@ func BenchmarkPodVolumes(b *testing.B) {
 // node).
 func BenchmarkFilterClone(b *testing.B) {
 	c := benchWorld(b).core(b, nil)
-	pv, err := c.PodVolumes(pod("new", "new-1", "new-clone"))
+	podVols, err := c.PodVolumes(pod("new", "new-1", "new-clone"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func BenchmarkFilterClone(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				st := c.Filter(pv, n)
+				st := c.Filter(podVols, n)
 				if (st == nil) != (tc.want == "") || (st != nil && st.Reason != tc.want) {
 					b.Fatalf("Filter = %v, want %q", st, tc.want)
 				}
@@ -178,21 +178,20 @@ func BenchmarkFilterClone(b *testing.B) {
 // all live): the check is one index lookup, independent of the number of
 // Leases.
 func BenchmarkFilterHeartbeat(b *testing.B) {
-	cores, target := benchCores(b)
 	now := time.Now()
 	leases := make([]*coordinationv1.Lease, 0, benchNodes)
 	for n := 0; n < benchNodes; n++ {
 		leases = append(leases, heartbeatLease(driver, fmt.Sprintf("node-%d", n), now, time.Hour))
 	}
+	cores, target := benchCores(b, OptionalSources{Liveness: testLiveness(b, "", leases...)})
 	c := cores["reservations=0"]
-	c.SetLiveness(testLiveness(b, "", leases...))
-	pv, err := c.PodVolumes(pod("new", "new-1", "new-2"))
+	podVols, err := c.PodVolumes(pod("new", "new-1", "new-2"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if st := c.Filter(pv, target); st != nil {
+		if st := c.Filter(podVols, target); st != nil {
 			b.Fatal(st)
 		}
 	}
@@ -228,24 +227,21 @@ func BenchmarkCycle(b *testing.B) {
 		// CSINode event (NewFromInformers, what the plugin and the
 		// extender run).
 		for _, mode := range []string{"lister", "events"} {
-			c := w.core(b, nil)
-			if mode == "events" {
-				c.TrackCSINodes()
-			}
+			c := w.coreWith(b, Config{Driver: driver, CSINodeEvents: mode == "events"}, nil)
 			b.Run(fmt.Sprintf("nodes=%d/csinodes=%s", size, mode), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					pv, err := c.PodVolumes(p)
+					podVols, err := c.PodVolumes(p)
 					if err != nil {
 						b.Fatal(err)
 					}
 					for _, n := range nodes {
-						if st := c.Filter(pv, n); st != nil {
+						if st := c.Filter(podVols, n); st != nil {
 							b.Fatal(st)
 						}
 					}
 					for _, n := range nodes {
-						if s := c.Score(pv, n); s <= 0 {
+						if s := c.Score(podVols, n); s <= 0 {
 							b.Fatalf("score %d", s)
 						}
 					}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -41,17 +40,17 @@ const DefaultCapacityPublishGrace = 30 * time.Second
 // the pod's pending classes was created less than Config.CapacityPublishGrace
 // ago and a segment among nodes that it may use has no capacity object of
 // it yet, while another segment has one or the driver's CSIDriver has
-// storageCapacity (SetCSIDrivers), with how long the wait may still last;
+// storageCapacity (Listers.CSIDrivers), with how long the wait may still last;
 // nil otherwise. A node is
 // counted when it has a segment of the driver, lies in the class's
 // allowedTopologies and its driver is not known to be silent. Cost: O(1)
 // unless a class is young, then one capacity lookup per distinct segment.
-func (c *Core) CapacityNotPublished(pv *PodVolumes, nodes []*v1.Node) (*Status, time.Duration) {
-	if pv == nil || len(pv.Pending) == 0 || c.l.Capacities == nil || c.cfg.CapacityPublishGrace <= 0 {
+func (c *Core) CapacityNotPublished(podVols *PodVolumes, nodes []*v1.Node) (*Status, time.Duration) {
+	if podVols == nil || len(podVols.Pending) == 0 || c.l.Capacities == nil || c.cfg.CapacityPublishGrace <= 0 {
 		return nil, 0
 	}
 	now := c.now()
-	for _, p := range youngClasses(pv, now, c.cfg.CapacityPublishGrace) {
+	for _, p := range youngClasses(podVols, now, c.cfg.CapacityPublishGrace) {
 		missing, total := c.unpublished(p, nodes)
 		if len(missing) == 0 || (len(missing) == total && !c.tracksCapacity()) {
 			// None missing; or none published for a driver whose
@@ -73,28 +72,22 @@ func (c *Core) CapacityNotPublished(pv *PodVolumes, nodes []*v1.Node) (*Status, 
 	return nil, 0
 }
 
-// SetCSIDrivers lets the Core read the driver's CSIDriver object (nil turns
-// that off): when its storageCapacity is true, VolumeBinding refuses every
-// node of a segment without a capacity object, so a pod of a new class waits
-// also while no segment has published yet. Call before use.
-func (c *Core) SetCSIDrivers(l storagelisters.CSIDriverLister) { c.csiDrivers = l }
-
 // tracksCapacity reports whether the driver's CSIDriver has
 // storageCapacity: true.
 func (c *Core) tracksCapacity() bool {
-	if c.csiDrivers == nil {
+	if c.l.CSIDrivers == nil {
 		return false
 	}
-	d, err := c.csiDrivers.Get(c.cfg.Driver)
+	d, err := c.l.CSIDrivers.Get(c.cfg.Driver)
 	return err == nil && d.Spec.StorageCapacity != nil && *d.Spec.StorageCapacity
 }
 
 // youngClasses returns one pending claim per class of the pod created less
 // than grace before now.
-func youngClasses(pv *PodVolumes, now time.Time, grace time.Duration) []PendingClaim {
+func youngClasses(podVols *PodVolumes, now time.Time, grace time.Duration) []PendingClaim {
 	var out []PendingClaim
 	seen := map[string]bool{}
-	for _, p := range pv.Pending {
+	for _, p := range podVols.Pending {
 		if seen[p.Class.Name] || p.Class.CreationTimestamp.IsZero() || now.Sub(p.Class.CreationTimestamp.Time) >= grace {
 			continue
 		}

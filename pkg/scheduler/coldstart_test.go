@@ -72,21 +72,22 @@ func TestCapacityNotPublished(t *testing.T) {
 			for _, zone := range tc.published {
 				w.add(t, w.capacities, capacity("fast", zone, 10*gi))
 			}
-			c := w.coreWith(t, Config{Driver: driver, CapacityPublishGrace: tc.grace}, func() time.Time { return now })
+			var opt OptionalSources
 			if tc.storageCapacity {
 				drivers := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 				w.add(t, drivers, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver},
 					Spec: storagev1.CSIDriverSpec{StorageCapacity: ptr.To(true)}})
-				c.SetCSIDrivers(storagelisters.NewCSIDriverLister(drivers))
+				opt.CSIDrivers = storagelisters.NewCSIDriverLister(drivers)
 			}
 			if tc.silent != "" {
-				c.SetLiveness(testLiveness(t, "", heartbeatLease(driver, tc.silent, now.Add(-time.Minute), 4*time.Second)))
+				opt.Liveness = testLiveness(t, "", heartbeatLease(driver, tc.silent, now.Add(-time.Minute), 4*time.Second))
 			}
-			pv, err := c.PodVolumes(pod("p", "c1"))
+			c := w.coreFrom(t, Config{Driver: driver, CapacityPublishGrace: tc.grace}, func() time.Time { return now }, opt)
+			podVols, err := c.PodVolumes(pod("p", "c1"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, left := c.CapacityNotPublished(pv, nodes)
+			st, left := c.CapacityNotPublished(podVols, nodes)
 			if tc.wantLeft == 0 {
 				if st != nil {
 					t.Fatalf("got %v, want no wait", st)
@@ -111,13 +112,12 @@ func TestCapacityNotPublishedWithoutCapacity(t *testing.T) {
 	w.add(t, w.classes, cls)
 	w.add(t, w.claims, claim("c1", "fast", gi))
 	w.add(t, w.csiNodes, csiNode("n1", nil, driver))
-	c := w.core(t, func() time.Time { return now })
-	c.IgnoreCapacity()
-	pv, err := c.PodVolumes(pod("p", "c1"))
+	c := w.coreWith(t, Config{Driver: driver, IgnoreCapacity: true}, func() time.Time { return now })
+	podVols, err := c.PodVolumes(pod("p", "c1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := c.CapacityNotPublished(pv, []*v1.Node{node("n1", "z1")}); st != nil {
+	if st, _ := c.CapacityNotPublished(podVols, []*v1.Node{node("n1", "z1")}); st != nil {
 		t.Fatalf("got %v with capacity ignored", st)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
@@ -22,7 +23,7 @@ import (
 // MaxScore is the highest score Score returns; front ends rescale it.
 const MaxScore = 100
 
-const annSelectedNode = "volume.kubernetes.io/selected-node"
+const annSelectedNode = storagehelpers.AnnSelectedNode
 
 // CapacitySource is the read side of the published CSIStorageCapacity
 // objects that the Core depends upon. Implementations are safe for
@@ -64,6 +65,11 @@ type Listers struct {
 	Snapshots SnapshotSource
 	// Liveness may be nil: the driver's heartbeat is then not checked.
 	Liveness LivenessSource
+	// CSIDrivers may be nil: the driver's CSIDriver is then not read. When
+	// its storageCapacity is true, VolumeBinding refuses every node of a
+	// segment without a capacity object, so a pod of a new class waits
+	// (CapacityNotPublished) also while no segment has published yet.
+	CSIDrivers storagelisters.CSIDriverLister
 }
 
 // Config configures a Core.
@@ -81,6 +87,13 @@ type Config struct {
 	// a pod waits for it (CapacityNotPublished); 0 means
 	// DefaultCapacityPublishGrace, a negative value turns the wait off.
 	CapacityPublishGrace time.Duration
+	// IgnoreCapacity turns the capacity filter and score off, as a nil
+	// Listers.Capacities does (the plugin's capacity: false).
+	IgnoreCapacity bool
+	// CSINodeEvents says that the Core's owner calls CSINodeChanged on every
+	// CSINode event (NewFromInformers's handlers do), so a cached segment is
+	// trusted without reading the CSINode lister.
+	CSINodeEvents bool
 }
 
 // Core filters, scores and reserves nodes for pods with volumes of one
@@ -93,11 +106,10 @@ type Core struct {
 	now     func() time.Time
 	// segments caches each node's segment (segments.go).
 	segments nodeSegments
-	// csiDrivers, when set, reads the driver's CSIDriver (coldstart.go).
-	csiDrivers storagelisters.CSIDriverLister
 }
 
-// New returns a Core; counter may be nil (no attach-limit check).
+// New returns a Core, complete: cfg and l hold all it reads, and nothing
+// is set later. counter may be nil (no attach-limit check).
 func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (*Core, error) {
 	if cfg.Driver == "" {
 		return nil, errors.New("scheduler: a driver name is required")
@@ -120,25 +132,17 @@ func New(cfg Config, l Listers, counter *limits.Counter, now func() time.Time) (
 	if now == nil {
 		now = time.Now
 	}
+	if cfg.IgnoreCapacity {
+		l.Capacities = nil
+	}
 	c := &Core{cfg: cfg, l: l, counter: counter, ledger: NewLedger(cfg.ReservationTTL, now), now: now}
+	c.segments.tracked = cfg.CSINodeEvents
 	c.ledger.SetSettledCheck(c.capacityCounts)
 	return c, nil
 }
 
 // Driver returns the CSI driver the Core serves.
 func (c *Core) Driver() string { return c.cfg.Driver }
-
-// IgnoreCapacity turns the capacity filter and score off. Call before use.
-func (c *Core) IgnoreCapacity() { c.l.Capacities = nil }
-
-// SetSnapshots has the Core follow a restore's VolumeSnapshot to the claim
-// it was taken of (nil turns that off). Call before use.
-func (c *Core) SetSnapshots(s SnapshotSource) { c.l.Snapshots = s }
-
-// SetLiveness has the Core reject nodes where the driver's heartbeat has
-// expired, for pods with pending claims (nil turns that off). Call before
-// use.
-func (c *Core) SetLiveness(l LivenessSource) { c.l.Liveness = l }
 
 // Ledger returns the reservations in flight.
 func (c *Core) Ledger() *Ledger { return c.ledger }
@@ -186,7 +190,7 @@ var ErrClaimNotFound = errors.New("claim not found")
 // PodVolumes collects a pod's volumes of the driver; nil means the pod has
 // none and passes untouched.
 func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
-	var pv *PodVolumes
+	var podVols *PodVolumes
 	for i, vol := range pod.Spec.Volumes {
 		if vol.PersistentVolumeClaim == nil || usedBefore(pod.Spec.Volumes[:i], vol.PersistentVolumeClaim.ClaimName) {
 			continue
@@ -198,13 +202,13 @@ func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
 		if err != nil {
 			return nil, err
 		}
-		if pv == nil {
-			pv = &PodVolumes{Pod: pod.Namespace + "/" + pod.Name, perClass: map[string]int64{}}
+		if podVols == nil {
+			podVols = &PodVolumes{Pod: pod.Namespace + "/" + pod.Name, perClass: map[string]int64{}}
 		}
 		if claim.Spec.VolumeName != "" {
 			vol, err := c.l.Volumes.Get(claim.Spec.VolumeName)
 			if err == nil && vol.Spec.CSI != nil && vol.Spec.CSI.Driver == c.cfg.Driver {
-				pv.Bound = append(pv.Bound, vol)
+				podVols.Bound = append(podVols.Bound, vol)
 			}
 			continue
 		}
@@ -217,18 +221,18 @@ func (c *Core) PodVolumes(pod *v1.Pod) (*PodVolumes, error) {
 			continue
 		}
 		size := claim.Spec.Resources.Requests[v1.ResourceStorage]
-		pv.Pending = append(pv.Pending, PendingClaim{Claim: claim, Class: class, Bytes: size.Value(), Source: c.source(claim, class)})
-		pv.perClass[class.Name] += size.Value()
-		pv.own = append(pv.own, claim.UID)
+		podVols.Pending = append(podVols.Pending, PendingClaim{Claim: claim, Class: class, Bytes: size.Value(), Source: c.source(claim, class)})
+		podVols.perClass[class.Name] += size.Value()
+		podVols.own = append(podVols.own, claim.UID)
 	}
-	if pv == nil || (len(pv.Pending) == 0 && len(pv.Bound) == 0) {
+	if podVols == nil || (len(podVols.Pending) == 0 && len(podVols.Bound) == 0) {
 		return nil, nil
 	}
-	for class := range pv.perClass {
-		pv.classes = append(pv.classes, class)
+	for class := range podVols.perClass {
+		podVols.classes = append(podVols.classes, class)
 	}
-	sort.Strings(pv.classes)
-	return pv, nil
+	sort.Strings(podVols.classes)
+	return podVols, nil
 }
 
 // usedBefore reports whether one of vols already names the claim: a pod
@@ -250,11 +254,11 @@ func (c *Core) segment(node *v1.Node) (string, *Status) {
 
 // Filter says whether the pod's volumes can be provisioned and attached on
 // the node; nil means yes.
-func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
-	if pv == nil {
+func (c *Core) Filter(podVols *PodVolumes, node *v1.Node) *Status {
+	if podVols == nil {
 		return nil
 	}
-	for _, vol := range pv.Bound {
+	for _, vol := range podVols.Bound {
 		if vol.Spec.NodeAffinity != nil && vol.Spec.NodeAffinity.Required != nil {
 			if ok, _ := corev1helpers.MatchNodeSelectorTerms(node, vol.Spec.NodeAffinity.Required); !ok {
 				return unresolvable(ReasonVolumeNodeAffinityConflict, "volume %s is not accessible from node %s", vol.Name, node.Name)
@@ -266,14 +270,14 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 		// Without a segment the node can mount no volume of the driver.
 		return ns.st
 	}
-	if len(pv.Pending) == 0 {
+	if len(podVols.Pending) == 0 {
 		// Bound volumes only: the node must still be able to mount them.
-		return c.filterLimit(pv, node, ns)
+		return c.filterLimit(podVols, node, ns)
 	}
 	if st := c.filterLiveness(node.Name); st != nil {
 		return st
 	}
-	for _, p := range pv.Pending {
+	for _, p := range podVols.Pending {
 		if !topology.MatchLabels(p.Class.AllowedTopologies, node.Labels) {
 			return unresolvable(ReasonOutsideAllowedTopologies, "node %s is outside the allowedTopologies of class %s", node.Name, p.Class.Name)
 		}
@@ -284,42 +288,42 @@ func (c *Core) Filter(pv *PodVolumes, node *v1.Node) *Status {
 			return &Status{Reason: ReasonDataSourceUnreachable, Message: p.Source.Message, Unresolvable: true}
 		}
 	}
-	if st := c.filterLimit(pv, node, ns); st != nil {
+	if st := c.filterLimit(podVols, node, ns); st != nil {
 		return st
 	}
-	return c.filterCapacity(pv, node, ns)
+	return c.filterCapacity(podVols, node, ns)
 }
 
 // filterCapacity checks the pod's pending claims against the capacity of
 // the node's segment, minus the reservations in flight there.
-func (c *Core) filterCapacity(pv *PodVolumes, node *v1.Node, ns *nodeSegment) *Status {
+func (c *Core) filterCapacity(podVols *PodVolumes, node *v1.Node, ns *nodeSegment) *Status {
 	if c.l.Capacities == nil {
 		return nil
 	}
-	return c.capacityView(pv, node, ns).st
+	return c.capacityView(podVols, node, ns).st
 }
 
 // Reserve records the pod's pending claims in the node's segment.
-func (c *Core) Reserve(pv *PodVolumes, node *v1.Node) {
-	if pv == nil || len(pv.Pending) == 0 {
+func (c *Core) Reserve(podVols *PodVolumes, node *v1.Node) {
+	if podVols == nil || len(podVols.Pending) == 0 {
 		return
 	}
 	seg, st := c.segment(node)
 	if st != nil {
 		return
 	}
-	for _, p := range pv.Pending {
-		c.ledger.Reserve(Request{UID: p.Claim.UID, Claim: p.Claim.Namespace + "/" + p.Claim.Name, Pod: pv.Pod,
+	for _, p := range podVols.Pending {
+		c.ledger.Reserve(Request{UID: p.Claim.UID, Claim: p.Claim.Namespace + "/" + p.Claim.Name, Pod: podVols.Pod,
 			Node: node.Name, Segment: seg, Class: p.Class.Name, Bytes: p.Bytes})
 	}
 }
 
 // Unreserve drops the pod's reservations.
-func (c *Core) Unreserve(pv *PodVolumes) {
-	if pv == nil {
+func (c *Core) Unreserve(podVols *PodVolumes) {
+	if podVols == nil {
 		return
 	}
-	for _, p := range pv.Pending {
+	for _, p := range podVols.Pending {
 		c.ledger.Release(p.Claim.UID)
 	}
 }

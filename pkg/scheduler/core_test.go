@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +63,12 @@ func (w *world) core(t testing.TB, now func() time.Time) *Core {
 
 func (w *world) coreWith(t testing.TB, cfg Config, now func() time.Time) *Core {
 	t.Helper()
+	return w.coreFrom(t, cfg, now, OptionalSources{})
+}
+
+// coreFrom builds a Core on the world's stores and opt's optional reads.
+func (w *world) coreFrom(t testing.TB, cfg Config, now func() time.Time, opt OptionalSources) *Core {
+	t.Helper()
 	stores := limits.Stores{Pods: w.pods, Claims: w.claims, Attachments: w.attachments, Volumes: w.volumes,
 		Classes: w.classes, Nodes: w.nodes, CSINodes: w.csiNodes}
 	for name, idx := range map[string]cache.Indexer{limits.PodsByNode: w.pods, limits.ClaimsBySelectedNode: w.claims, limits.AttachmentsByNode: w.attachments} {
@@ -74,6 +82,9 @@ func (w *world) coreWith(t testing.TB, cfg Config, now func() time.Time) *Core {
 		Classes:    storagelisters.NewStorageClassLister(w.classes),
 		CSINodes:   storagelisters.NewCSINodeLister(w.csiNodes),
 		Capacities: indexedCapacities{w.capacities},
+		Snapshots:  opt.Snapshots,
+		Liveness:   opt.Liveness,
+		CSIDrivers: opt.CSIDrivers,
 	}, limits.NewCounter(driver, stores), now)
 	if err != nil {
 		t.Fatal(err)
@@ -202,11 +213,11 @@ func TestFilter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pv, err := c.PodVolumes(tc.pod)
+			podVols, err := c.PodVolumes(tc.pod)
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := c.Filter(pv, tc.node)
+			st := c.Filter(podVols, tc.node)
 			switch {
 			case tc.want == "" && st != nil:
 				t.Errorf("Filter = %v, want fit", st)
@@ -238,11 +249,11 @@ func TestReservationsAndScore(t *testing.T) {
 	// reads of the reservations in flight is fixed for one cycle.
 	cycle := func(p *v1.Pod) *PodVolumes {
 		t.Helper()
-		pv, err := c.PodVolumes(p)
+		podVols, err := c.PodVolumes(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pv
+		return podVols
 	}
 	if st := c.Filter(b, node("n1", "z1")); st != nil {
 		t.Fatalf("b alone: %v", st)
@@ -330,7 +341,8 @@ func TestIgnoreCapacity(t *testing.T) {
 	if st := c.Filter(a, node("n1", "z1")); st == nil || st.Reason != ReasonInsufficientCapacity {
 		t.Fatalf("16 GiB in a 1 GiB segment: %v, want InsufficientCapacity", st)
 	}
-	c.IgnoreCapacity()
+	c = w.coreWith(t, Config{Driver: driver, IgnoreCapacity: true}, nil)
+	a, _ = c.PodVolumes(pod("pa", "a"))
 	if st := c.Filter(a, node("n1", "z1")); st != nil {
 		t.Errorf("with capacity ignored: %v", st)
 	}
@@ -366,5 +378,20 @@ func TestObserveClaimUnknownNode(t *testing.T) {
 				t.Errorf("%d reservations, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCoreCompleteAtNew: New's Config and Listers are all a Core reads; no
+// method sets, ignores or tracks anything afterwards, so a Core is never
+// seen half configured by the informer handlers that already call it.
+func TestCoreCompleteAtNew(t *testing.T) {
+	core := reflect.TypeOf(&Core{})
+	for i := range core.NumMethod() {
+		name := core.Method(i).Name
+		for _, prefix := range []string{"Set", "Ignore", "Track"} {
+			if strings.HasPrefix(name, prefix) {
+				t.Errorf("Core.%s configures a Core after New: move it into Config or Listers", name)
+			}
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/limits"
@@ -36,7 +37,10 @@ import (
 //     that class, so a claim seen before its node, CSINode or class (at
 //     start-up the informers fill in any order) is reserved once they are
 //     known.
-func NewFromInformers(cfg Config, factory informers.SharedInformerFactory) (*Core, error) {
+//
+// The Core's other reads are opt's (each may be nil); cfg.CSINodeEvents is
+// set, since the handlers see every CSINode event.
+func NewFromInformers(cfg Config, factory informers.SharedInformerFactory, opt OptionalSources) (*Core, error) {
 	pods, claims := factory.Core().V1().Pods(), factory.Core().V1().PersistentVolumeClaims()
 	volumes, nodes := factory.Core().V1().PersistentVolumes(), factory.Core().V1().Nodes()
 	classes, csiNodes := factory.Storage().V1().StorageClasses(), factory.Storage().V1().CSINodes()
@@ -53,8 +57,10 @@ func NewFromInformers(cfg Config, factory informers.SharedInformerFactory) (*Cor
 		Volumes: volumes.Informer().GetStore(), Classes: classes.Informer().GetStore(),
 		Nodes: nodes.Informer().GetStore(), CSINodes: csiNodes.Informer().GetStore(),
 	})
+	cfg.CSINodeEvents = true
 	core, err := New(cfg, Listers{
 		Claims: claims.Lister(), Volumes: volumes.Lister(), Classes: classes.Lister(), CSINodes: csiNodes.Lister(), Capacities: capacities,
+		Snapshots: opt.Snapshots, Liveness: opt.Liveness, CSIDrivers: opt.CSIDrivers,
 	}, counter, nil)
 	if err != nil {
 		return nil, err
@@ -89,11 +95,20 @@ func NewFromInformers(cfg Config, factory informers.SharedInformerFactory) (*Cor
 	}); err != nil {
 		return nil, err
 	}
-	// Every CSINode event reaches CSINodeChanged: cached segments need not
-	// read the CSINode lister to stay current.
-	core.TrackCSINodes()
 	_, err = classes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: h.classAdded})
 	return core, err
+}
+
+// OptionalSources are the reads of a Core that NewFromInformers does not
+// take from its informer factory: their informers are the caller's, started
+// when their API appears. Each may be nil; Listers says what nil turns off.
+type OptionalSources struct {
+	// Snapshots follows a restore's VolumeSnapshot (SnapshotInformer).
+	Snapshots SnapshotSource
+	// Liveness reads the driver's heartbeat Leases (HeartbeatInformer).
+	Liveness LivenessSource
+	// CSIDrivers reads the driver's CSIDriver object.
+	CSIDrivers storagelisters.CSIDriverLister
 }
 
 // handlers are the informer event handlers of NewFromInformers.

@@ -42,7 +42,7 @@ func startInformers(ctx context.Context, t *testing.T, noClass bool, objs ...run
 	client := fake.NewClientset(objs...)
 	watching := fakewatch.Opened(t, &client.Fake, "persistentvolumeclaims", "pods", "csinodes")
 	factory := informers.NewSharedInformerFactory(client, 0)
-	core, err := NewFromInformers(Config{Driver: driver}, factory)
+	core, err := NewFromInformers(Config{Driver: driver}, factory, OptionalSources{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +209,11 @@ func runInformerCases(t *testing.T, tests []informerCase) {
 			defer cancel()
 			env := startInformers(ctx, t, tc.noClass, tc.objs...)
 			if tc.reserve {
-				pv, err := env.core.PodVolumes(pod("p", "a", "b"))
+				podVols, err := env.core.PodVolumes(pod("p", "a", "b"))
 				if err != nil {
 					t.Fatal(err)
 				}
-				env.core.Reserve(pv, node("n1", "z1"))
+				env.core.Reserve(podVols, node("n1", "z1"))
 			}
 			env.waitReserved(ctx, t, "z1", tc.before)
 			if err := tc.act(ctx, env.client); err != nil {
@@ -237,11 +237,11 @@ func TestDeletionTombstones(t *testing.T) {
 	h := handlers{core: env.core, nodes: env.factory.Core().V1().Nodes().Lister(),
 		claims: claims.Lister(), selected: claims.Informer().GetIndexer()}
 	for _, name := range []string{"p", "q"} {
-		pv, err := env.core.PodVolumes(pod(name, map[string]string{"p": "a", "q": "c"}[name]))
+		podVols, err := env.core.PodVolumes(pod(name, map[string]string{"p": "a", "q": "c"}[name]))
 		if err != nil {
 			t.Fatal(err)
 		}
-		env.core.Reserve(pv, node("n1", "z1"))
+		env.core.Reserve(podVols, node("n1", "z1"))
 	}
 	h.podDeleted(cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: pod("p", "a")})
 	if got := env.core.Ledger().Reserved(topologySegment("z1"), "fast", nil); got != gi {
@@ -265,7 +265,7 @@ func TestNewFromInformersCSINodeEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv, err := env.core.PodVolumes(pod("p", "a"))
+	podVols, err := env.core.PodVolumes(pod("p", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestNewFromInformersCSINodeEvents(t *testing.T) {
 		t.Helper()
 		var st *Status
 		err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			st = env.core.Filter(pv, n0)
+			st = env.core.Filter(podVols, n0)
 			return (st == nil && want == "") || (st != nil && st.Reason == want), nil
 		})
 		if err != nil {

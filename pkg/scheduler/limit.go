@@ -25,7 +25,7 @@ func (s attachSlots) used() int { return s.attached + s.pending + s.inFlight }
 // nothing is counted. Cost: the node's pods, attachments and pending claims
 // (package limits), plus the pod's volumes; independent of the reservations
 // in flight.
-func (c *Core) attachSlotsOf(pv *PodVolumes, node *v1.Node, ns *nodeSegment) (attachSlots, error) {
+func (c *Core) attachSlotsOf(podVols *PodVolumes, node *v1.Node, ns *nodeSegment) (attachSlots, error) {
 	var s attachSlots
 	// The limit comes with the node's segment (ns, the caller's
 	// nodeSegment): computed once per version of its Node and CSINode, not
@@ -40,19 +40,19 @@ func (c *Core) attachSlotsOf(pv *PodVolumes, node *v1.Node, ns *nodeSegment) (at
 		return s, err
 	}
 	s.attached, s.pending = len(handles), len(pending)
-	s.inFlight = c.ledger.InFlight(node.Name, pv.own, pending, func(volume string) bool {
+	s.inFlight = c.ledger.InFlight(node.Name, podVols.own, pending, func(volume string) bool {
 		h := c.handleOf(volume)
 		return h != "" && handles[h]
 	})
 	// The maps are ours: mark what the pod adds, so that a volume is new
 	// once even if the pod names it twice.
-	for _, vol := range pv.Bound {
+	for _, vol := range podVols.Bound {
 		if h := vol.Spec.CSI.VolumeHandle; !handles[h] {
 			handles[h] = true
 			s.new++
 		}
 	}
-	for _, p := range pv.Pending {
+	for _, p := range podVols.Pending {
 		if key := p.Claim.Namespace + "/" + p.Claim.Name; !pending[key] {
 			pending[key] = true
 			s.new++
@@ -73,11 +73,11 @@ func (c *Core) handleOf(volume string) string {
 // filterLimit rejects the node when the pod's new volumes do not fit under
 // its attach limit. A bound volume the node already uses or has attached,
 // and a pending claim the node already counts, are not new.
-func (c *Core) filterLimit(pv *PodVolumes, node *v1.Node, ns *nodeSegment) *Status {
+func (c *Core) filterLimit(podVols *PodVolumes, node *v1.Node, ns *nodeSegment) *Status {
 	if c.counter == nil {
 		return nil
 	}
-	s, err := c.attachSlotsOf(pv, node, ns)
+	s, err := c.attachSlotsOf(podVols, node, ns)
 	if err != nil {
 		return unresolvable(ReasonVolumeLimitExceeded, "counting volumes on node %s: %v", node.Name, err)
 	}

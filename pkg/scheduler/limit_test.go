@@ -75,24 +75,24 @@ func TestFilterAttachLimit(t *testing.T) {
 			w, c := limitWorld(t, tc.limit)
 			n1 := node("n1", "z1")
 			for _, name := range tc.reserved {
-				pv, err := c.PodVolumes(pod("r-"+name, name))
+				podVols, err := c.PodVolumes(pod("r-"+name, name))
 				if err != nil {
 					t.Fatal(err)
 				}
-				c.Reserve(pv, n1)
+				c.Reserve(podVols, n1)
 			}
 			for _, name := range tc.observed {
 				obj, _, _ := w.claims.GetByKey("ns/" + name)
 				c.ObserveClaim(obj.(*v1.PersistentVolumeClaim), n1)
 			}
-			pv, err := c.PodVolumes(tc.pod)
+			podVols, err := c.PodVolumes(tc.pod)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tc.reserveSelf {
-				c.Reserve(pv, n1)
+				c.Reserve(podVols, n1)
 			}
-			st := c.Filter(pv, n1)
+			st := c.Filter(podVols, n1)
 			switch {
 			case tc.want == "" && st != nil:
 				t.Errorf("Filter = %v, want fit", st)
@@ -106,11 +106,11 @@ func TestFilterAttachLimit(t *testing.T) {
 // A pod that names the same claim twice asks for it once.
 func TestPodVolumesDeduplicates(t *testing.T) {
 	_, c := limitWorld(t, 10)
-	pv, err := c.PodVolumes(pod("p", "new1", "new1", "used", "used"))
+	podVols, err := c.PodVolumes(pod("p", "new1", "new1", "used", "used"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pv.Pending) != 1 || len(pv.Bound) != 1 || pv.perClass["fast"] != gi {
-		t.Errorf("pending %d, bound %d, fast %d bytes; want 1, 1, %d", len(pv.Pending), len(pv.Bound), pv.perClass["fast"], gi)
+	if len(podVols.Pending) != 1 || len(podVols.Bound) != 1 || podVols.perClass["fast"] != gi {
+		t.Errorf("pending %d, bound %d, fast %d bytes; want 1, 1, %d", len(podVols.Pending), len(podVols.Bound), podVols.perClass["fast"], gi)
 	}
 }

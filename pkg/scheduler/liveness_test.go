@@ -63,12 +63,12 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 	}
 	w.add(t, w.claims, claim("a", "fast", gi), boundClaim("bound", "pv-1"))
 	w.add(t, w.volumes, csiVolume("pv-1", "h1"))
-	c := w.core(t, func() time.Time { return now })
-	c.SetLiveness(testLiveness(t, "",
+	clock := func() time.Time { return now }
+	c := w.coreFrom(t, Config{Driver: driver}, clock, OptionalSources{Liveness: testLiveness(t, "",
 		heartbeatLease(driver, "live", now.Add(-2*time.Second), 4*time.Second),
 		heartbeatLease(driver, "silent", now.Add(-72*time.Second), 4*time.Second),
 		heartbeatLease("other.example.com", "other-driver", now.Add(-time.Hour), 4*time.Second),
-	))
+	)})
 
 	tests := []struct {
 		name    string
@@ -86,11 +86,11 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pv, err := c.PodVolumes(tc.pod)
+			podVols, err := c.PodVolumes(tc.pod)
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := c.Filter(pv, node(tc.node, "z1"))
+			st := c.Filter(podVols, node(tc.node, "z1"))
 			switch {
 			case tc.wantMsg == "" && st != nil:
 				t.Errorf("Filter = %v, want fit", st)
@@ -101,12 +101,12 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 	}
 
 	t.Run("off without a LivenessSource", func(t *testing.T) {
-		c.SetLiveness(nil)
-		pv, err := c.PodVolumes(pod("p", "a"))
+		c := w.core(t, clock)
+		podVols, err := c.PodVolumes(pod("p", "a"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := c.Filter(pv, node("silent", "z1")); st != nil {
+		if st := c.Filter(podVols, node("silent", "z1")); st != nil {
 			t.Errorf("Filter = %v, want fit", st)
 		}
 	})

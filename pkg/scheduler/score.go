@@ -38,17 +38,17 @@ func (w ScoreWeights) Validate() error {
 // Score rates a node that passed Filter from 0 to MaxScore: the mean of
 // capacityScore and headroomScore weighted by Config.ScoreWeights. A part
 // whose weight is 0 is not computed.
-func (c *Core) Score(pv *PodVolumes, node *v1.Node) int64 {
-	if pv == nil {
+func (c *Core) Score(podVols *PodVolumes, node *v1.Node) int64 {
+	if podVols == nil {
 		return 0
 	}
 	w := c.cfg.ScoreWeights
 	var sum float64
 	if w.FreeCapacity > 0 {
-		sum += float64(w.FreeCapacity) * c.capacityScore(pv, node)
+		sum += float64(w.FreeCapacity) * c.capacityScore(podVols, node)
 	}
 	if w.VolumeHeadroom > 0 {
-		sum += float64(w.VolumeHeadroom) * c.headroomScore(pv, node)
+		sum += float64(w.VolumeHeadroom) * c.headroomScore(podVols, node)
 	}
 	return int64(sum / (float64(w.FreeCapacity) + float64(w.VolumeHeadroom)) * MaxScore)
 }
@@ -57,25 +57,25 @@ func (c *Core) Score(pv *PodVolumes, node *v1.Node) int64 {
 // free after this pod's claims and the reservations of others, averaged
 // over the pod's classes. Pods without pending claims, and classes without
 // capacity information, score 0.
-func (c *Core) capacityScore(pv *PodVolumes, node *v1.Node) float64 {
-	if len(pv.Pending) == 0 || c.l.Capacities == nil {
+func (c *Core) capacityScore(podVols *PodVolumes, node *v1.Node) float64 {
+	if len(podVols.Pending) == 0 || c.l.Capacities == nil {
 		return 0
 	}
 	ns := c.nodeSegment(node)
 	if ns.st != nil {
 		return 0
 	}
-	return c.capacityView(pv, node, ns).score
+	return c.capacityView(podVols, node, ns).score
 }
 
 // headroomScore is the fraction (0..1) of the node's attach limit left free
 // after the pod's new volumes (attachSlotsOf): 1 without a limit or a
 // counter, 0 when the count fails.
-func (c *Core) headroomScore(pv *PodVolumes, node *v1.Node) float64 {
+func (c *Core) headroomScore(podVols *PodVolumes, node *v1.Node) float64 {
 	if c.counter == nil {
 		return 1
 	}
-	s, err := c.attachSlotsOf(pv, node, c.nodeSegment(node))
+	s, err := c.attachSlotsOf(podVols, node, c.nodeSegment(node))
 	switch {
 	case err != nil:
 		return 0

@@ -34,14 +34,14 @@ func TestScoreWeights(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := w.coreWith(t, Config{Driver: driver, ScoreWeights: tc.weights}, nil)
-			pv, err := c.PodVolumes(pod("pb", "b"))
+			podVols, err := c.PodVolumes(pod("pb", "b"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := c.Score(pv, node("limited", "z1")); got != tc.wantLimited {
+			if got := c.Score(podVols, node("limited", "z1")); got != tc.wantLimited {
 				t.Errorf("limited scores %d, want %d", got, tc.wantLimited)
 			}
-			if got := c.Score(pv, node("free", "z2")); got != tc.wantFree {
+			if got := c.Score(podVols, node("free", "z2")); got != tc.wantFree {
 				t.Errorf("free scores %d, want %d", got, tc.wantFree)
 			}
 		})
@@ -53,12 +53,12 @@ func TestHeadroomCountsReservations(t *testing.T) {
 	_, c := limitWorld(t, 10)
 	c.cfg.ScoreWeights = ScoreWeights{VolumeHeadroom: 1}
 	n1 := node("n1", "z1")
-	pv, err := c.PodVolumes(pod("p", "new1"))
+	podVols, err := c.PodVolumes(pod("p", "new1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// 2 counted + 1 new of 10.
-	if got := c.Score(pv, n1); got != 70 {
+	if got := c.Score(podVols, n1); got != 70 {
 		t.Errorf("score %d, want 70", got)
 	}
 	other, err := c.PodVolumes(pod("r", "new2"))
@@ -66,7 +66,7 @@ func TestHeadroomCountsReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Reserve(other, n1)
-	if got := c.Score(pv, n1); got != 60 {
+	if got := c.Score(podVols, n1); got != 60 {
 		t.Errorf("score with another pod's reservation %d, want 60", got)
 	}
 }

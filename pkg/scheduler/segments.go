@@ -74,7 +74,8 @@ type nodeSegments struct {
 	snap atomic.Pointer[map[string]*nodeSegment]
 	// tracked says that forget is called on every CSINode event: get then
 	// trusts an entry whose Node is current without reading the CSINode.
-	tracked atomic.Bool
+	// Set by New (Config.CSINodeEvents), read only afterwards.
+	tracked bool
 	// mu guards dirty and orders put after forget: epoch counts forget
 	// calls, and put stores an entry only if none happened since its
 	// computation began.
@@ -198,7 +199,7 @@ func (s *nodeSegments) forget(node string) {
 // nodeSegment returns the node's segment for the driver, from the cache
 // when the node and its CSINode have not changed since it was computed.
 func (c *Core) nodeSegment(node *v1.Node) *nodeSegment {
-	tracked := c.segments.tracked.Load()
+	tracked := c.segments.tracked
 	var csiNode *storagev1.CSINode
 	if !tracked {
 		csiNode = c.csiNode(node.Name)
@@ -252,13 +253,8 @@ func computeSegment(c *Core, node *v1.Node, csiNode *storagev1.CSINode) *nodeSeg
 
 // CSINodeChanged tells the Core that the node's CSINode was added, updated
 // or deleted. A Core whose owner calls it on every CSINode event (as
-// NewFromInformers's handlers do) should say so with TrackCSINodes.
+// NewFromInformers's handlers do) should say so with Config.CSINodeEvents.
 func (c *Core) CSINodeChanged(node string) { c.segments.forget(node) }
-
-// TrackCSINodes says that CSINodeChanged is called on every CSINode event
-// from now on, so a cached segment is trusted without reading the CSINode
-// lister. Call before use.
-func (c *Core) TrackCSINodes() { c.segments.tracked.Store(true) }
 
 // KeySetSource is implemented by a CapacitySource that can tell which node
 // labels its answers for a class depend on (NewCapacitySource's does).
@@ -292,14 +288,14 @@ type segmentScope struct {
 // sharedBy reports whether every capacity answer for the pod's classes
 // depends only on labels among keys (sorted): the node's segment then
 // decides its capacity view.
-func (s *segmentScope) sharedBy(c *Core, pv *PodVolumes, keys []string) bool {
+func (s *segmentScope) sharedBy(c *Core, podVols *PodVolumes, keys []string) bool {
 	s.once.Do(func() {
 		src, ok := c.l.Capacities.(KeySetSource)
 		if !ok {
 			s.perNode = true
 			return
 		}
-		for _, class := range pv.classes {
+		for _, class := range podVols.classes {
 			sets, expr := src.KeySets(class)
 			if expr {
 				s.perNode = true
@@ -324,17 +320,17 @@ func (s *segmentScope) sharedBy(c *Core, pv *PodVolumes, keys []string) bool {
 // capacityView returns the pod's capacity view of the node, whose segment
 // is ns: shared by the segment's nodes for this pod when sharedBy says so.
 // Callers check that capacity is tracked and the pod has pending claims.
-func (c *Core) capacityView(pv *PodVolumes, node *v1.Node, ns *nodeSegment) *capacityView {
+func (c *Core) capacityView(podVols *PodVolumes, node *v1.Node, ns *nodeSegment) *capacityView {
 	// A view is stored only for a segment whose nodes share it, and the
 	// segment's key names its topology keys: a stored view needs no
 	// sharedBy check.
-	if v, ok := pv.views.Load(ns.seg); ok {
+	if v, ok := podVols.views.Load(ns.seg); ok {
 		return v.(*capacityView)
 	}
-	if !pv.scope.sharedBy(c, pv, ns.keys) {
-		return c.computeView(pv, node.Labels, ns.seg)
+	if !podVols.scope.sharedBy(c, podVols, ns.keys) {
+		return c.computeView(podVols, node.Labels, ns.seg)
 	}
-	v, _ := pv.views.LoadOrStore(ns.seg, c.computeView(pv, node.Labels, ns.seg))
+	v, _ := podVols.views.LoadOrStore(ns.seg, c.computeView(podVols, node.Labels, ns.seg))
 	return v.(*capacityView)
 }
 
@@ -343,18 +339,18 @@ func (c *Core) capacityView(pv *PodVolumes, node *v1.Node, ns *nodeSegment) *cap
 // A class whose capacity is unknown is not checked and scores 0, as does
 // one without free capacity; the verdict is that of the first class (in
 // name order) that does not fit.
-func (c *Core) computeView(pv *PodVolumes, labels map[string]string, seg string) *capacityView {
+func (c *Core) computeView(podVols *PodVolumes, labels map[string]string, seg string) *capacityView {
 	v := &capacityView{}
 	var sum float64
-	for _, class := range pv.classes {
+	for _, class := range podVols.classes {
 		capa, known := c.l.Capacities.Capacity(class, labels)
 		if !known {
 			continue
 		}
-		need := pv.perClass[class]
-		reserved := c.ledger.Reserved(seg, class, pv.own)
+		need := podVols.perClass[class]
+		reserved := c.ledger.Reserved(seg, class, podVols.own)
 		if v.st == nil {
-			v.st = capacityVerdict(pv, class, seg, capa, need, reserved)
+			v.st = capacityVerdict(podVols, class, seg, capa, need, reserved)
 		}
 		if capa.Free > 0 {
 			left := capa.Free - reserved - need
@@ -364,15 +360,15 @@ func (c *Core) computeView(pv *PodVolumes, labels map[string]string, seg string)
 			sum += float64(left) / float64(capa.Free)
 		}
 	}
-	v.score = sum / float64(len(pv.classes)) // not empty: the pod has pending claims
+	v.score = sum / float64(len(podVols.classes)) // not empty: the pod has pending claims
 	return v
 }
 
 // capacityVerdict checks one class of the pod against its capacity in the
 // segment: each claim against the largest volume, then the class's total
 // plus the reservations of others against the free capacity.
-func capacityVerdict(pv *PodVolumes, class, seg string, capa Capacity, need, reserved int64) *Status {
-	for _, p := range pv.Pending {
+func capacityVerdict(podVols *PodVolumes, class, seg string, capa Capacity, need, reserved int64) *Status {
+	for _, p := range podVols.Pending {
 		if p.Class.Name == class && capa.MaxVolume != nil && p.Bytes > *capa.MaxVolume {
 			return unresolvable(ReasonInsufficientCapacity, "claim %s needs %d bytes, above the largest volume (%d) of class %s in segment %s",
 				p.Claim.Name, p.Bytes, *capa.MaxVolume, class, seg)

@@ -29,11 +29,11 @@ func TestNodeSegmentFollowsObjects(t *testing.T) {
 	c := w.core(t, nil)
 	filter := func(n *v1.Node) *Status {
 		t.Helper()
-		pv, err := c.PodVolumes(pod("p", "a"))
+		podVols, err := c.PodVolumes(pod("p", "a"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c.Filter(pv, n)
+		return c.Filter(podVols, n)
 	}
 
 	if st := filter(n1); st != nil {
@@ -107,15 +107,15 @@ func TestCapacityViewPerSegment(t *testing.T) {
 	c := w.core(t, nil)
 	counting := &countingCapacities{CapacitySource: c.l.Capacities}
 	c.l.Capacities = counting
-	pv, err := c.PodVolumes(pod("p", "a", "b"))
+	podVols, err := c.PodVolumes(pod("p", "a", "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nodes {
-		if st := c.Filter(pv, n); st != nil {
+		if st := c.Filter(podVols, n); st != nil {
 			t.Fatalf("%s: %v", n.Name, st)
 		}
-		if s := c.Score(pv, n); s != 90 {
+		if s := c.Score(podVols, n); s != 90 {
 			t.Errorf("%s: score %d, want 90", n.Name, s)
 		}
 	}
@@ -165,12 +165,12 @@ func TestCapacityViewPerNode(t *testing.T) {
 			// Both orders: whichever node comes first must not decide
 			// for the other.
 			for _, order := range [][]*v1.Node{nodes, {nodes[1], nodes[0]}} {
-				pv, err := c.PodVolumes(pod("p", "a"))
+				podVols, err := c.PodVolumes(pod("p", "a"))
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, n := range order {
-					st := c.Filter(pv, n)
+					st := c.Filter(podVols, n)
 					if n.Name == "roomy" && st != nil {
 						t.Errorf("roomy (10 Gi free): %v", st)
 					}
@@ -178,7 +178,7 @@ func TestCapacityViewPerNode(t *testing.T) {
 						t.Errorf("full (1 Gi free): %v, want %s", st, ReasonInsufficientCapacity)
 					}
 				}
-				if s := c.Score(pv, nodes[0]); s != 60 {
+				if s := c.Score(podVols, nodes[0]); s != 60 {
 					t.Errorf("roomy scores %d, want 60", s)
 				}
 			}
@@ -194,11 +194,11 @@ func TestAttachLimitFollowsObjects(t *testing.T) {
 	n1 := node("n1", "z1")
 	filter := func(n *v1.Node) *Status {
 		t.Helper()
-		pv, err := c.PodVolumes(pod("p", "new1"))
+		podVols, err := c.PodVolumes(pod("p", "new1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c.Filter(pv, n)
+		return c.Filter(podVols, n)
 	}
 	if st := filter(n1); st != nil {
 		t.Fatalf("limit 3, 2 used: %v", st)
@@ -243,13 +243,12 @@ func TestTrackedSegmentFollowsCSINodeEvents(t *testing.T) {
 	w.add(t, w.csiNodes, csiNode("n1", nil, driver))
 	w.add(t, w.capacities, capacity("fast", "z1", 10*gi))
 	w.add(t, w.claims, claim("a", "fast", gi))
-	c := w.core(t, nil)
-	c.TrackCSINodes()
-	pv, err := c.PodVolumes(pod("p", "a"))
+	c := w.coreWith(t, Config{Driver: driver, CSINodeEvents: true}, nil)
+	podVols, err := c.PodVolumes(pod("p", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := c.Filter(pv, n1); st != nil {
+	if st := c.Filter(podVols, n1); st != nil {
 		t.Fatalf("registered driver: %v", st)
 	}
 
@@ -258,11 +257,11 @@ func TestTrackedSegmentFollowsCSINodeEvents(t *testing.T) {
 	if err := w.csiNodes.Update(csiNode("n1", nil, "other.example.com")); err != nil {
 		t.Fatal(err)
 	}
-	if st := c.Filter(pv, n1); st != nil {
+	if st := c.Filter(podVols, n1); st != nil {
 		t.Fatalf("before the CSINode event: %v, want the cached segment", st)
 	}
 	c.CSINodeChanged("n1")
-	if st := c.Filter(pv, n1); st == nil || st.Reason != ReasonDriverNotRegistered {
+	if st := c.Filter(podVols, n1); st == nil || st.Reason != ReasonDriverNotRegistered {
 		t.Fatalf("after the CSINode event: %v, want %s", st, ReasonDriverNotRegistered)
 	}
 

@@ -14,12 +14,12 @@ import (
 // only pods with equal signatures share the same claims, and a pod never
 // counts its own claims' reservations (Ledger.Reserved, Ledger.InFlight).
 // The plugin's SignPod hands it to kube-scheduler's pod-signature batching.
-func (pv *PodVolumes) Signature() []string {
-	if pv == nil {
+func (podVols *PodVolumes) Signature() []string {
+	if podVols == nil {
 		return nil
 	}
-	out := make([]string, 0, len(pv.Pending)+len(pv.Bound))
-	for _, p := range pv.Pending {
+	out := make([]string, 0, len(podVols.Pending)+len(podVols.Bound))
+	for _, p := range podVols.Pending {
 		source := ""
 		if p.Source != nil {
 			source = p.Source.Message
@@ -27,7 +27,7 @@ func (pv *PodVolumes) Signature() []string {
 		out = append(out, fmt.Sprintf("pending %s/%s uid=%s class=%s bytes=%d source=%q",
 			p.Claim.Namespace, p.Claim.Name, p.Claim.UID, p.Class.Name, p.Bytes, source))
 	}
-	for _, v := range pv.Bound {
+	for _, v := range podVols.Bound {
 		out = append(out, "bound "+v.Name)
 	}
 	slices.Sort(out)

@@ -14,11 +14,11 @@ func TestSignature(t *testing.T) {
 	w.add(t, w.claims, cloneOf("clone", "src", true), cloneOf("clone-free", "src-free", true), claim("plain", "fast", 2*gi))
 	sig := func(claims ...string) []string {
 		t.Helper()
-		pv, err := c.PodVolumes(pod("p", claims...))
+		podVols, err := c.PodVolumes(pod("p", claims...))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pv.Signature()
+		return podVols.Signature()
 	}
 	got := sig("plain", "clone", "src")
 	if len(got) != 3 || !slices.IsSorted(got) {

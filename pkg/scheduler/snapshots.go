@@ -70,7 +70,7 @@ func (s snapshotLister) SnapshotClaim(namespace, name string) (string, error) {
 type Snapshots struct {
 	// API says whether the informer runs and has synced; Run it.
 	API *optionalapi.API
-	// Source is the Core's view (Core.SetSnapshots).
+	// Source is the Core's view (Listers.Snapshots).
 	Source SnapshotSource
 	// Informer is the VolumeSnapshot informer; event handlers added before
 	// API.Run see every snapshot once it starts.

@@ -118,11 +118,11 @@ func (c *Core) source(claim *v1.PersistentVolumeClaim, class *storagev1.StorageC
 // later, once the API has been probed (asking pokes it), the answer may
 // differ. A front end that cannot retry the pod later by itself (the
 // extender) may wait a little for it.
-func (pv *PodVolumes) AwaitsSnapshotAPI() bool {
-	if pv == nil {
+func (podVols *PodVolumes) AwaitsSnapshotAPI() bool {
+	if podVols == nil {
 		return false
 	}
-	for _, p := range pv.Pending {
+	for _, p := range podVols.Pending {
 		if p.Source != nil && p.Source.apiMissing {
 			return true
 		}

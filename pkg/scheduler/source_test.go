@@ -82,14 +82,14 @@ func sourceWorld(t *testing.T, withSnapshots bool) (*world, *Core) {
 		v1.NodeSelectorRequirement{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{"n1"}})
 	w.add(t, w.volumes, src, local, csiVolume("pv-free", "h-free"))
 	w.add(t, w.claims, boundClaim("src", "pv-src"), boundClaim("src-local", "pv-local"), boundClaim("src-free", "pv-free"), claim("src-unbound", "fast", gi))
-	c := w.core(t, nil)
+	var opt OptionalSources
 	if withSnapshots {
 		snaps := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		w.add(t, snaps, snapshot("snap", ptr.To("src")), snapshot("snap-local", ptr.To("src-local")), snapshot("snap-free", ptr.To("src-free")),
 			snapshot("snap-content", nil), snapshot("snap-gone", ptr.To("deleted")))
-		c.SetSnapshots(NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps)))
+		opt.Snapshots = NewSnapshotSource(snaplisters.NewVolumeSnapshotLister(snaps))
 	}
-	return w, c
+	return w, w.coreFrom(t, Config{Driver: driver}, nil, opt)
 }
 
 func TestFilterDataSource(t *testing.T) {
@@ -145,23 +145,23 @@ func TestFilterDataSource(t *testing.T) {
 			for _, cl := range claims {
 				w.add(t, w.claims, cl)
 			}
-			pv, err := c.PodVolumes(pod("p", tc.claim))
-			if err != nil || pv == nil || len(pv.Pending) != 1 {
-				t.Fatalf("PodVolumes = %v, %v; want one pending claim", pv, err)
+			podVols, err := c.PodVolumes(pod("p", tc.claim))
+			if err != nil || podVols == nil || len(podVols.Pending) != 1 {
+				t.Fatalf("PodVolumes = %v, %v; want one pending claim", podVols, err)
 			}
 			if tc.waits {
 				for _, n := range []*v1.Node{hostNode("n1", "z1"), hostNode("n2", "z2")} {
-					st := c.Filter(pv, n)
+					st := c.Filter(podVols, n)
 					if st == nil || st.Reason != ReasonDataSourceUnknown || !st.Unresolvable || st.Message != tc.wantMessage {
 						t.Errorf("Filter(%s) = %v, want %s, unresolvable, %q", n.Name, st, ReasonDataSourceUnknown, tc.wantMessage)
 					}
 				}
 				return
 			}
-			if st := c.Filter(pv, hostNode("n1", "z1")); st != nil {
+			if st := c.Filter(podVols, hostNode("n1", "z1")); st != nil {
 				t.Errorf("Filter(n1 in z1) = %v, want fit", st)
 			}
-			st := c.Filter(pv, hostNode("n2", "z2"))
+			st := c.Filter(podVols, hostNode("n2", "z2"))
 			switch {
 			case !tc.rejectedOnZ2 && st != nil:
 				t.Errorf("Filter(n2 in z2) = %v, want fit", st)

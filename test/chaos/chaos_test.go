@@ -27,8 +27,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 var (
@@ -284,25 +284,16 @@ func (r *chaosRun) stopReplicas() {
 	}
 }
 
-func httpStatus(ctx context.Context, url string) int {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 // leader returns the index of the replica that leads (/readyz), or -1.
 func (r *chaosRun) leader(ctx context.Context) int {
 	for i, rep := range r.replicas {
-		if rep.p != nil && !rep.p.Exited() && httpStatus(ctx, "http://"+rep.addr+"/readyz") == http.StatusOK {
+		if rep.p == nil || rep.p.Exited() {
+			continue
+		}
+		probe, cancel := context.WithTimeout(ctx, 3*time.Second)
+		code := lab.HTTPStatus(probe, "http://"+rep.addr+"/readyz")
+		cancel()
+		if code == http.StatusOK {
 			return i
 		}
 	}

@@ -25,8 +25,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // schedulerConfig runs the CSITopology plugin in the cluster's only

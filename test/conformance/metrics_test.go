@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // labelSets scrapes the side's provisioner of profile p and returns, per

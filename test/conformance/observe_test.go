@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // absent stands for a field one side has and the other has not.

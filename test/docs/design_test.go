@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 // designRow is one row of docs/design.md section 6, "Packages and what each

@@ -1,7 +1,9 @@
 // Package docs keeps the documentation honest: the flags reference
-// (docs/flags.md) must be exactly what each binary's --help prints.
+// (docs/flags.md) must be exactly what each binary's --help prints, and the
+// package figure of docs/design.md what go list says.
 //
-// After changing a flag, regenerate the reference with
+// After changing a flag, or adding a package or an import, regenerate them
+// with
 //
 //	go test ./test/docs/ -update
 package docs
@@ -19,10 +21,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/flags.md from the binaries' --help")
+var update = flag.Bool("update", false, "rewrite docs/flags.md from the binaries' --help and docs/design.md's package figure from go list")
 
 // binaries are documented in this order.
 var binaries = []string{"csi-provisioner", "csi-node-publisher", "csi-node-router", "csi-scheduler-extender", "mock-driver", "kubectl-csi_topology"}

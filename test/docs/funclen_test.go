@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 // maxFuncLines is the longest a non-test function may be, from its func

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 // progressTool is the Makefile's PROGRESS: it runs a step and prints a
-// status line at least every 30 s (test/cmd/progress).
+// status line at least every 30 s (test/harness/cmd/progress).
 const progressTool = ".cache/tools/progress"
 
 // `make run` and `make build`, the README's first commands, follow the rule

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 // The README's first screen: its two commands in the first lines, samples

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 

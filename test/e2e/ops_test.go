@@ -16,8 +16,8 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // After a known workload (3 delayed-binding claims, the

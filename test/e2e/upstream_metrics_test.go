@@ -11,7 +11,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // upstreamMetrics are the series upstream's external-provisioner v6.3.0

@@ -14,8 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 const (

@@ -10,7 +10,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/explain"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // addNode adds a node for one test and deletes it at cleanup.
@@ -39,7 +39,7 @@ type causeCase struct {
 func runCauses(t *testing.T, cases []causeCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, ns := newNamespace(t)
+			ctx, ns := lab.NewNamespace(t, env.Cluster, "x-")
 			claim := tc.setup(t, ctx, ns)
 			waitCause(t, ctx, ns, claim, tc.cause, tc.want)
 		})
@@ -53,13 +53,13 @@ func TestExplainNamesPlacementCauses(t *testing.T) {
 	runCauses(t, []causeCase{
 		{"no driver on the selected node", func(t *testing.T, ctx context.Context, ns string) string {
 			addNode(t, ctx, lab.NodeSpec{Name: "bare-z3", Zone: "z3"})
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{}), "")
-			newPod(t, ctx, ns, "data", "bare-z3")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{}), gi)
+			lab.NewPod(t, ctx, env.Cluster, ns, "data", podOf("data", "bare-z3"))
 			return "data"
 		}, explain.CauseNoDriverOnNode, "no driver " + lab.DriverName + " on node bare-z3: install the node plugin there"},
 		{"allowedTopologies matching no node", func(t *testing.T, ctx context.Context, ns string) string {
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{zones: []string{"z9"}}), "")
-			newPod(t, ctx, ns, "data", "")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{Zones: []string{"z9"}}), gi)
+			lab.NewPod(t, ctx, env.Cluster, ns, "data", podOf("data", ""))
 			return "data"
 		}, explain.CauseNoAllowedSegment, "(" + lab.ZoneKey + " in (z9)) match no node with driver"},
 		{"segment full", func(t *testing.T, ctx context.Context, ns string) string {
@@ -67,35 +67,35 @@ func TestExplainNamesPlacementCauses(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = env.SetCapacity(context.WithoutCancel(ctx), "z2", 100*gi) })
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{}), "")
-			newPod(t, ctx, ns, "data", "node-z2-a")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{}), gi)
+			lab.NewPod(t, ctx, env.Cluster, ns, "data", podOf("data", "node-z2-a"))
 			return "data"
 		}, explain.CauseSegmentFull, "free space there"},
 		{"attach limit reached", func(t *testing.T, ctx context.Context, ns string) string {
 			addNode(t, ctx, lab.NodeSpec{Name: "one-slot-z1", Zone: "z1", Driver: true, MaxVolumes: 1})
-			class := newClass(t, ctx, ns, classOpts{})
-			newClaim(t, ctx, ns, "first", class, "")
-			newPod(t, ctx, ns, "first", "one-slot-z1")
-			waitBound(t, ctx, ns, "first")
-			newClaim(t, ctx, ns, "second", class, "")
-			newPod(t, ctx, ns, "second", "one-slot-z1")
+			class := lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{})
+			lab.NewClaim(t, ctx, env.Cluster, ns, "first", class, gi)
+			lab.NewPod(t, ctx, env.Cluster, ns, "first", podOf("first", "one-slot-z1"))
+			lab.WaitBound(t, ctx, env.Cluster, ns, "first")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "second", class, gi)
+			lab.NewPod(t, ctx, env.Cluster, ns, "second", podOf("second", "one-slot-z1"))
 			return "second"
 		}, explain.CauseAttachLimit, "attach limit reached on node one-slot-z1"},
 		{"clone source in another zone", func(t *testing.T, ctx context.Context, ns string) string {
-			class := newClass(t, ctx, ns, classOpts{})
-			newClaim(t, ctx, ns, "source", class, "")
-			newPod(t, ctx, ns, "source", "node-z1-a")
-			waitBound(t, ctx, ns, "source")
-			newClaim(t, ctx, ns, "copy", class, "source")
-			newPod(t, ctx, ns, "copy", "node-z2-a")
+			class := lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{})
+			lab.NewClaim(t, ctx, env.Cluster, ns, "source", class, gi)
+			lab.NewPod(t, ctx, env.Cluster, ns, "source", podOf("source", "node-z1-a"))
+			lab.WaitBound(t, ctx, env.Cluster, ns, "source")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "copy", class, gi, cloneOf("source"))
+			lab.NewPod(t, ctx, env.Cluster, ns, "copy", podOf("copy", "node-z2-a"))
 			return "copy"
 		}, explain.CauseSourceOutOfReach, "out of reach of node node-z2-a"},
 		{"driver silent", func(t *testing.T, ctx context.Context, ns string) string {
 			h := env.AddHeartbeatNode(t, ctx, "silent-z5", "z5", 3*time.Second)
 			h.KillDriver()
 			h.WaitLease(t, ctx, false)
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{}), "")
-			newPod(t, ctx, ns, "data", "silent-z5")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{}), gi)
+			lab.NewPod(t, ctx, env.Cluster, ns, "data", podOf("data", "silent-z5"))
 			return "data"
 		}, explain.CauseDriverSilent, "on node silent-z5 is silent"},
 	})
@@ -107,13 +107,13 @@ func TestExplainNamesPlacementCauses(t *testing.T) {
 func TestExplainNamesClaimCauses(t *testing.T) {
 	runCauses(t, []causeCase{
 		{"bad class parameter", func(t *testing.T, ctx context.Context, ns string) string {
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true,
-				params: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}}), "")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{Immediate: true,
+				Parameters: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}}), gi)
 			return "data"
 		}, explain.CauseBadClassParameter, "unknown key(s) csi.storage.k8s.io/fs-type"},
 		{"missing secret", func(t *testing.T, ctx context.Context, ns string) string {
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true, params: map[string]string{
-				"csi.storage.k8s.io/provisioner-secret-name": "absent", "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}"}}), "")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{Immediate: true, Parameters: map[string]string{
+				"csi.storage.k8s.io/provisioner-secret-name": "absent", "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}"}}), gi)
 			return "data"
 		}, explain.CauseMissingSecret, "absent"},
 		{"driver INVALID_ARGUMENT", func(t *testing.T, ctx context.Context, ns string) string {
@@ -121,7 +121,7 @@ func TestExplainNamesClaimCauses(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = env.SetFaults(context.WithoutCancel(ctx), nil) })
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true}), "")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{Immediate: true}), gi)
 			return "data"
 		}, explain.CauseDriverInvalidArgument, "INVALID_ARGUMENT"},
 		{"no provisioner running", func(t *testing.T, ctx context.Context, ns string) string {
@@ -131,7 +131,7 @@ func TestExplainNamesClaimCauses(t *testing.T) {
 					t.Error(err)
 				}
 			})
-			newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{immediate: true}), "")
+			lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{Immediate: true}), gi)
 			return "data"
 		}, explain.CauseNoProvisioner, "its leader Lease " + leaseNamespace + "/"},
 	})
@@ -140,27 +140,27 @@ func TestExplainNamesClaimCauses(t *testing.T) {
 // TestExplainBoundClaim checks that a bound claim's conclusion says what
 // decided its place: the provisioner's decision from its Event.
 func TestExplainBoundClaim(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{}), "")
-	newPod(t, ctx, ns, "data", "node-z1-a")
-	waitBound(t, ctx, ns, "data")
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "x-")
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{}), gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "data", podOf("data", "node-z1-a"))
+	lab.WaitBound(t, ctx, env.Cluster, ns, "data")
 	waitCause(t, ctx, ns, "data", explain.CauseBound, "placed by: selected node node-z1-a, segment "+lab.ZoneKey+"=z1")
 }
 
 // TestExplainAllGroupsByCause checks the summary over a namespace: the
 // claims that are not bound, grouped by the cause their conclusion names.
 func TestExplainAllGroupsByCause(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	narrow := newClass(t, ctx, ns+"-narrow", classOpts{zones: []string{"z9"}})
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "x-")
+	narrow := lab.NewClass(t, ctx, env.Cluster, ns+"-narrow", lab.ClassOptions{Zones: []string{"z9"}})
 	for _, name := range []string{"narrow-a", "narrow-b"} {
-		newClaim(t, ctx, ns, name, narrow, "")
-		newPod(t, ctx, ns, name, "")
+		lab.NewClaim(t, ctx, env.Cluster, ns, name, narrow, gi)
+		lab.NewPod(t, ctx, env.Cluster, ns, name, podOf(name, ""))
 	}
-	newClaim(t, ctx, ns, "typo", newClass(t, ctx, ns+"-typo", classOpts{immediate: true,
-		params: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}}), "")
-	newClaim(t, ctx, ns, "done", newClass(t, ctx, ns, classOpts{}), "")
-	newPod(t, ctx, ns, "done", "node-z1-a")
-	waitBound(t, ctx, ns, "done")
+	lab.NewClaim(t, ctx, env.Cluster, ns, "typo", lab.NewClass(t, ctx, env.Cluster, ns+"-typo", lab.ClassOptions{Immediate: true,
+		Parameters: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}}), gi)
+	lab.NewClaim(t, ctx, env.Cluster, ns, "done", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{}), gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "done", podOf("done", "node-z1-a"))
+	lab.WaitBound(t, ctx, env.Cluster, ns, "done")
 	want := []string{
 		"namespace " + ns + ": 3 of 4 claim(s) not bound",
 		"  " + string(explain.CauseNoAllowedSegment) + " (2): narrow-a, narrow-b",

@@ -10,101 +10,26 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/explain"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
-// newNamespace creates a namespace for one test and deletes it afterwards.
-func newNamespace(t *testing.T) (context.Context, string) {
-	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	name := "x-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 50 {
-		name = name[:50]
+// podOf is a pause pod of lab.NewPod that mounts claim, required on node
+// (kubernetes.io/hostname) when node is not empty.
+func podOf(claim, node string) lab.PodOptions {
+	o := lab.PodOptions{Claims: []string{claim}}
+	if node != "" {
+		o.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
 	}
-	name = strings.TrimRight(name, "-")
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
-	})
-	return ctx, name
+	return o
 }
 
-type classOpts struct {
-	immediate bool
-	zones     []string
-	params    map[string]string
-}
-
-// newClass creates a StorageClass of the mock driver named like the
-// namespace, deleted at cleanup.
-func newClass(t *testing.T, ctx context.Context, name string, o classOpts) string {
-	t.Helper()
-	mode := storagev1.VolumeBindingWaitForFirstConsumer
-	if o.immediate {
-		mode = storagev1.VolumeBindingImmediate
-	}
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: lab.DriverName,
-		VolumeBindingMode: &mode, Parameters: o.params}
-	if len(o.zones) > 0 {
-		sc.AllowedTopologies = []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
-			{Key: lab.ZoneKey, Values: o.zones}}}}
-	}
-	if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.StorageV1().StorageClasses().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
-	})
-	return name
-}
-
-// newClaim creates a 1Gi claim of class, cloning source when not empty.
-func newClaim(t *testing.T, ctx context.Context, ns, name, class, source string) {
-	t.Helper()
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(gi, resource.BinarySI)}}}}
-	if source != "" {
+// cloneOf makes a claim of lab.NewClaim a clone of the claim source.
+func cloneOf(source string) func(*v1.PersistentVolumeClaim) {
+	return func(pvc *v1.PersistentVolumeClaim) {
 		pvc.Spec.DataSource = &v1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: source}
 		pvc.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: source}
-	}
-	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// newPod creates a pod named like the claim it mounts, required on node
-// (kubernetes.io/hostname) when node is not empty.
-func newPod(t *testing.T, ctx context.Context, ns, claim, node string) {
-	t.Helper()
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: claim}, Spec: v1.PodSpec{
-		Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
-		Volumes: []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{
-			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}}
-	if node != "" {
-		pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
-	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitBound waits until the claim is Bound.
-func waitBound(t *testing.T, ctx context.Context, ns, name string) {
-	t.Helper()
-	if err := env.Cluster.WaitFor(ctx, timeout, func(ctx context.Context) (bool, error) {
-		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && pvc.Status.Phase == v1.ClaimBound, nil
-	}); err != nil {
-		t.Fatalf("claim %s/%s not bound: %v", ns, name, err)
 	}
 }
 

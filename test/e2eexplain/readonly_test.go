@@ -12,8 +12,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/explain"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // readerNamespace holds the ServiceAccounts the tool runs as here.
@@ -69,9 +70,9 @@ func serviceAccount(t *testing.T, ctx context.Context, name, namespace string, r
 // everything and checks, in the apiserver's audit log, that every request it
 // made was a get or a list (and that there were some).
 func TestExplainOnlyReads(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	newClaim(t, ctx, ns, "data", newClass(t, ctx, ns, classOpts{zones: []string{"z9"}}), "")
-	newPod(t, ctx, ns, "data", "")
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "x-")
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{Zones: []string{"z9"}}), gi)
+	lab.NewPod(t, ctx, env.Cluster, ns, "data", podOf("data", ""))
 	kubeconfig := serviceAccount(t, ctx, "reader", "", []rbacv1.PolicyRule{
 		{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}})
 	out, err := runTool(ctx, kubeconfig, "explain", "pod/data", "-n", ns)
@@ -117,9 +118,9 @@ func TestExplainOnlyReads(t *testing.T) {
 // read is a line naming the rule that would allow it, and the conclusion
 // still comes from what could be read (the provisioner's Event).
 func TestExplainAsNamespaceUser(t *testing.T) {
-	ctx, ns := newNamespace(t)
-	class := newClass(t, ctx, ns, classOpts{immediate: true, params: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}})
-	newClaim(t, ctx, ns, "data", class, "")
+	ctx, ns := lab.NewNamespace(t, env.Cluster, "x-")
+	class := lab.NewClass(t, ctx, env.Cluster, ns, lab.ClassOptions{Immediate: true, Parameters: map[string]string{"csi.storage.k8s.io/fs-type": "ext4"}})
+	lab.NewClaim(t, ctx, env.Cluster, ns, "data", class, gi)
 	waitCause(t, ctx, ns, "data", explain.CauseBadClassParameter, "unknown key(s)")
 	kubeconfig := serviceAccount(t, ctx, "tenant", ns, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "pods", "events"}, Verbs: []string{"get", "list"}}})
@@ -144,7 +145,7 @@ func TestExplainAsNamespaceUser(t *testing.T) {
 	t.Logf("as the namespace user:\n%s", out)
 	for _, want := range []string{
 		`? access      could not list nodes (cluster-wide); allowed by the rule apiGroups: [""], resources: ["nodes"], verbs: ["list"]`,
-		"? access      could not list leader lease " + explain.LeaderLeaseName(lab.DriverName),
+		"? access      could not list leader lease " + contract.LeaderLeaseName(lab.DriverName),
 		"✓ provisioner provisioner running: Event ProvisioningFailed from " + lab.DriverName,
 		"conclusion (" + string(explain.CauseBadClassParameter) + "): class " + class + " has a bad parameter",
 	} {

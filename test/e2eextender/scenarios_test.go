@@ -15,7 +15,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // A stock kube-scheduler with our extender keeps pods

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/component-base/metrics/testutil"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // Every node's instance runs with the lower garbage-collector target of a

@@ -3,7 +3,7 @@
 // plugin with capacity tracking and the driver heartbeat) as its scheduler,
 // and six nodes, each with its own node-local mock driver (the node is its
 // only segment), csi-node-publisher and `csi-provisioner --node-deployment`
-// (test/lab's NodeLocalLab). No central controller nor provisioner runs.
+// (test/harness/lab's NodeLocalLab). No central controller nor provisioner runs.
 package e2enode
 
 import (
@@ -23,8 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // schedulerConfig runs the CSITopology plugin in the cluster's only

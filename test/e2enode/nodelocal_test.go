@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // A StatefulSet of 12 replicas with WaitForFirstConsumer claims

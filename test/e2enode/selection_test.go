@@ -12,7 +12,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // withLabelSelection switches the lab to selection by label for the test

@@ -11,7 +11,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/scheduler"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 const timeout = lab.WorkloadTimeout

@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/heartbeat"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 const hostnameKey = "kubernetes.io/hostname"

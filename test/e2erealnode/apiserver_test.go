@@ -9,7 +9,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/kubeletnode"
 )
 
 // allowReadingPods lets the default ServiceAccount of namespace read its

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/kubeletnode"
 )
 
 // mockOverlay is the quick start's kustomization: the base, every

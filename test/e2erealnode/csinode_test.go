@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/kubeletnode"
 )
 
 // driverPod is the mock driver's node plugin on a real node, with the lab's

@@ -1,5 +1,5 @@
 // Package e2erealnode runs pods on real nodes: the local control plane with
-// two kubelets, each with its own containerd (test/kubeletnode), the pod
+// two kubelets, each with its own containerd (test/harness/kubeletnode), the pod
 // sandbox and the containers from the lab's own images, no registry. Pods
 // write and read their volumes, reach the API server with in-cluster
 // configuration, and run the mock driver's node plugin, which kubelet
@@ -13,8 +13,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/kubeletnode"
 )
 
 // realNodes are the package's kubelets: two, so that every test also

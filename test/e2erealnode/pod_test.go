@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/kubeletnode"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/kubeletnode"
 )
 
 // podTimeout bounds a pod's start on a loaded 2-core machine.

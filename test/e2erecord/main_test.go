@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/state"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 const (

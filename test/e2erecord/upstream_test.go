@@ -15,7 +15,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // holdPVCreate revokes csi-provisioner's right to create PVs until the test

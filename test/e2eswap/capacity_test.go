@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // Labels both provisioners put on their CSIStorageCapacity objects, and

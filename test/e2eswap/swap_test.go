@@ -17,7 +17,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/lab"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
 // Latencies put on the driver's calls to keep them in flight across a swap:

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/tools/image/imagebuild"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/tools/image/imagebuild"
 )
 

@@ -15,6 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/tools/image/imagebuild"
 )
 
@@ -40,10 +41,11 @@ var binaries = []struct {
 	{name: "mock-driver", version: "mock-driver " + testVersion, user: "65532:65532"},
 }
 
-// repoRoot is the module root (two levels up from this package).
+// repoRoot is controlplane.RepoRoot for a test: the module root, or the
+// test fails.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

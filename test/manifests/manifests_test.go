@@ -30,7 +30,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/yaml"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 var cluster *controlplane.Cluster

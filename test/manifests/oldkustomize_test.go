@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 // oldestRendering is what test/manifests/oldkustomize prints: the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 // routerUser is the user csi-node-router runs as: the ServiceAccount the

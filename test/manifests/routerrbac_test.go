@@ -21,7 +21,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"sigs.k8s.io/yaml"
 
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 // routerDeployment is csi-node-router as a kustomization renders it: the

@@ -28,8 +28,8 @@ const MaxBodyBytes = 8 << 20
 // concurrent use.
 type Core interface {
 	PodVolumes(pod *v1.Pod) (*scheduler.PodVolumes, error)
-	Filter(pv *scheduler.PodVolumes, node *v1.Node) *scheduler.Status
-	Score(pv *scheduler.PodVolumes, node *v1.Node) int64
+	Filter(podVols *scheduler.PodVolumes, node *v1.Node) *scheduler.Status
+	Score(podVols *scheduler.PodVolumes, node *v1.Node) int64
 }
 
 // Observer is told about each answered request, for metrics; may be nil.
@@ -123,7 +123,7 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 	}
 	names := nodeNames(args)
-	pv, err := s.podVolumes(r.Context(), args.Pod)
+	podVols, err := s.podVolumes(r.Context(), args.Pod)
 	switch {
 	case errors.Is(err, scheduler.ErrClaimNotFound):
 		// Not an error: kube-scheduler skips an ignorable extender that
@@ -136,7 +136,7 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 		s.logger.V(2).Info("Claim not in the extender's cache; every node rejected for now", "pod", klog.KObj(args.Pod), "err", err)
 	case err != nil:
 		res.Error = err.Error()
-	case pv == nil:
+	case podVols == nil:
 		res.NodeNames = &names // not our pod: everything passes
 	default:
 		fits := []string{}
@@ -146,7 +146,7 @@ func (s *Server) filter(w http.ResponseWriter, r *http.Request) {
 				res.FailedNodes[name] = fmt.Sprintf("node %s not known to the extender yet", name)
 				continue
 			}
-			st := s.core.Filter(pv, node)
+			st := s.core.Filter(podVols, node)
 			switch {
 			case st == nil:
 				fits = append(fits, name)
@@ -185,15 +185,15 @@ var snapshotAPIWait = 3 * time.Second
 func (s *Server) podVolumes(ctx context.Context, pod *v1.Pod) (*scheduler.PodVolumes, error) {
 	start := time.Now()
 	for {
-		pv, err := s.core.PodVolumes(pod)
+		podVols, err := s.core.PodVolumes(pod)
 		waited := time.Since(start)
 		missing := errors.Is(err, scheduler.ErrClaimNotFound) && waited < claimWait
-		if !missing && (err != nil || !pv.AwaitsSnapshotAPI() || waited >= snapshotAPIWait) {
-			return pv, err
+		if !missing && (err != nil || !podVols.AwaitsSnapshotAPI() || waited >= snapshotAPIWait) {
+			return podVols, err
 		}
 		select {
 		case <-ctx.Done():
-			return pv, err
+			return podVols, err
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -207,12 +207,12 @@ func (s *Server) prioritize(w http.ResponseWriter, r *http.Request) {
 	}
 	names := nodeNames(args)
 	list := make(extenderv1.HostPriorityList, 0, len(names))
-	pv, err := s.core.PodVolumes(args.Pod)
+	podVols, err := s.core.PodVolumes(args.Pod)
 	for _, name := range names {
 		var score int64
-		if err == nil && pv != nil {
+		if err == nil && podVols != nil {
 			if node, nerr := s.nodes.Get(name); nerr == nil {
-				score = s.core.Score(pv, node) * extenderv1.MaxExtenderPriority / scheduler.MaxScore
+				score = s.core.Score(podVols, node) * extenderv1.MaxExtenderPriority / scheduler.MaxScore
 			}
 		}
 		list = append(list, extenderv1.HostPriority{Host: name, Score: score})

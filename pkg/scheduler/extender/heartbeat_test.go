@@ -47,17 +47,6 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 			Drivers: []storagev1.CSINodeDriver{{Name: drv, NodeID: n}}}})
 		nodes = append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
-	core, err := scheduler.New(scheduler.Config{Driver: drv}, scheduler.Listers{
-		Claims: corelisters.NewPersistentVolumeClaimLister(store(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "u1"},
-			Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &cls, Resources: v1.VolumeResourceRequirements{
-				Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}})),
-		Volumes:  corelisters.NewPersistentVolumeLister(store()),
-		Classes:  storagelisters.NewStorageClassLister(store(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: cls}, Provisioner: drv, VolumeBindingMode: &mode})),
-		CSINodes: storagelisters.NewCSINodeLister(store(csiNodes...)),
-	}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
 	lease := func(node string, renewed time.Time) *coordinationv1.Lease {
 		return &coordinationv1.Lease{
@@ -75,7 +64,18 @@ func TestFilterDriverHeartbeat(t *testing.T) {
 	t.Cleanup(func() { cancel(); factory.Shutdown() })
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	core.SetLiveness(lv)
+	core, err := scheduler.New(scheduler.Config{Driver: drv}, scheduler.Listers{
+		Claims: corelisters.NewPersistentVolumeClaimLister(store(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "u1"},
+			Spec: v1.PersistentVolumeClaimSpec{StorageClassName: &cls, Resources: v1.VolumeResourceRequirements{
+				Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}})),
+		Volumes:  corelisters.NewPersistentVolumeLister(store()),
+		Classes:  storagelisters.NewStorageClassLister(store(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: cls}, Provisioner: drv, VolumeBindingMode: &mode})),
+		CSINodes: storagelisters.NewCSINodeLister(store(csiNodes...)),
+		Liveness: lv,
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	srv := serverWithNodes(t, core, corelisters.NewNodeLister(store(nodes...)))
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "d",

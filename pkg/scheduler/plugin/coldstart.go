@@ -44,14 +44,14 @@ func (w *publishWait) add(pod *v1.Pod, left time.Duration) {
 // waitForCapacity returns the PreFilter status of a pod whose new class's
 // capacity is not published on every node it may use yet (nil when it need
 // not wait), and arms the pod's activation at the end of the wait.
-func (p *Plugin) waitForCapacity(pv *scheduler.PodVolumes, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+func (p *Plugin) waitForCapacity(podVols *scheduler.PodVolumes, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	list := make([]*v1.Node, 0, len(nodes))
 	for _, ni := range nodes {
 		if n := ni.Node(); n != nil {
 			list = append(list, n)
 		}
 	}
-	st, left := p.core.CapacityNotPublished(pv, list)
+	st, left := p.core.CapacityNotPublished(podVols, list)
 	if st == nil {
 		return nil
 	}

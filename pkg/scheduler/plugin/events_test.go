@@ -156,7 +156,7 @@ func TestCSINodeHintDropsSegment(t *testing.T) {
 		return &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: storagev1.CSINodeSpec{Drivers: drivers}}
 	}
 	csiNodes := storeOf(t, csiNode(other))
-	core, err := scheduler.New(scheduler.Config{Driver: driver}, scheduler.Listers{
+	core, err := scheduler.New(scheduler.Config{Driver: driver, CSINodeEvents: true}, scheduler.Listers{
 		Claims:   corelisters.NewPersistentVolumeClaimLister(storeOf(t, claim)),
 		Volumes:  corelisters.NewPersistentVolumeLister(storeOf(t)),
 		Classes:  storagelisters.NewStorageClassLister(storeOf(t, class)),
@@ -165,16 +165,15 @@ func TestCSINodeHintDropsSegment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	core.TrackCSINodes()
 	p := &Plugin{core: core}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "d",
 		VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}}
 	n1 := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"zone": "z1"}}}
-	pv, err := core.PodVolumes(pod)
+	podVols, err := core.PodVolumes(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := core.Filter(pv, n1); st == nil || st.Reason != scheduler.ReasonDriverNotRegistered {
+	if st := core.Filter(podVols, n1); st == nil || st.Reason != scheduler.ReasonDriverNotRegistered {
 		t.Fatalf("before the driver registers: %v, want %s", st, scheduler.ReasonDriverNotRegistered)
 	}
 	registered := csiNode(other, entry)
@@ -184,7 +183,7 @@ func TestCSINodeHintDropsSegment(t *testing.T) {
 	if h, err := p.afterCSINodeChange(logger, pod, csiNode(other), registered); err != nil || h != fwk.Queue {
 		t.Fatalf("hint %v, %v; want Queue", h, err)
 	}
-	if st := core.Filter(pv, n1); st != nil {
+	if st := core.Filter(podVols, n1); st != nil {
 		t.Errorf("after the hint: %v, want the node to fit", st)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -87,28 +88,41 @@ func (w *waiting) len() int {
 	return len(w.byPod)
 }
 
-// followHeartbeats gives the core the driver heartbeat Leases (an informer
-// factory of its own, restricted to the heartbeat label and, when set, to
-// namespace), an optional API started on ctx once the scheduler may list
-// them, and has the plugin activate the pods it rejected on a node when
-// that node's Lease is renewed again. Until the Leases are read, every node
-// counts as live.
-func (p *Plugin) followHeartbeats(ctx context.Context, client kubernetes.Interface, namespace string) error {
-	factory, leases, lv, err := scheduler.HeartbeatInformer(client, namespace)
+// heartbeats are the driver heartbeat Leases the core reads: an informer
+// factory of their own, restricted to the heartbeat label and, when set, to
+// namespace (scheduler.HeartbeatInformer).
+type heartbeats struct {
+	client    kubernetes.Interface
+	namespace string
+	factory   informers.SharedInformerFactory
+	leases    cache.SharedIndexInformer
+	live      *heartbeat.Liveness
+}
+
+// newHeartbeats builds the heartbeat Lease informer; followHeartbeats runs it.
+func newHeartbeats(client kubernetes.Interface, namespace string) (*heartbeats, error) {
+	factory, leases, live, err := scheduler.HeartbeatInformer(client, namespace)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	p.core.SetLiveness(lv)
+	return &heartbeats{client: client, namespace: namespace, factory: factory, leases: leases, live: live}, nil
+}
+
+// followHeartbeats runs the core's heartbeat Lease informer as an optional
+// API started on ctx once the scheduler may list them, and has the plugin
+// activate the pods it rejected on a node when that node's Lease is renewed
+// again. Until the Leases are read, every node counts as live.
+func (p *Plugin) followHeartbeats(ctx context.Context, hb *heartbeats) error {
 	p.waiting = newWaiting()
-	p.leasesSynced = leases.HasSynced
-	if _, err := leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	p.leasesSynced = hb.leases.HasSynced
+	if _, err := hb.leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.leaseChanged,
 		UpdateFunc: func(_, obj any) { p.leaseChanged(obj) },
 		DeleteFunc: p.leaseDeleted, // a node without a Lease counts as live
 	}); err != nil {
 		return err
 	}
-	go scheduler.HeartbeatAPI(client, namespace, factory).Run(ctx)
+	go scheduler.HeartbeatAPI(hb.client, hb.namespace, hb.factory).Run(ctx)
 	return nil
 }
 

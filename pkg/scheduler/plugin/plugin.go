@@ -121,34 +121,30 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	// A zero TTL takes the Core's default.
-	grace := time.Duration(0) // the Core's default
-	if args.CapacityPublishGrace != nil {
-		if grace = args.CapacityPublishGrace.Duration; grace == 0 {
-			grace = -1 // off
+	snaps, err := snapshotInformer(h.KubeConfig())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	var hb *heartbeats
+	if (args.DriverHeartbeat == nil || *args.DriverHeartbeat) && h.ClientSet() != nil {
+		if hb, err = newHeartbeats(h.ClientSet(), args.HeartbeatNamespace); err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
 	}
-	core, err := scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: args.ReservationTTL.Duration,
-		ScoreWeights: args.ScoreWeights, CapacityPublishGrace: grace}, h.SharedInformerFactory())
+	core, err := newCore(args, h, snaps, hb)
 	if err != nil {
 		return nil, err
 	}
-	if args.Capacity != nil && !*args.Capacity {
-		core.IgnoreCapacity()
-	}
-	// VolumeBinding reads the same CSIDriver informer.
-	core.SetCSIDrivers(h.SharedInformerFactory().Storage().V1().CSIDrivers().Lister())
 	p := &Plugin{core: core, handle: h, logger: klog.FromContext(ctx), sourceWaiting: newWaiting()}
-	if err := p.followSnapshots(ctx, h.KubeConfig()); err != nil {
+	if err := p.followSnapshots(ctx, snaps); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	if h != nil {
 		p.publishWait = &publishWait{timers: map[string]*time.Timer{},
 			activate: func(pods map[string]*v1.Pod) { h.Activate(p.logger, pods) }}
 	}
-	heartbeat := args.DriverHeartbeat == nil || *args.DriverHeartbeat
-	if heartbeat && h.ClientSet() != nil {
-		if err := p.followHeartbeats(ctx, h.ClientSet(), args.HeartbeatNamespace); err != nil {
+	if hb != nil {
+		if err := p.followHeartbeats(ctx, hb); err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
 	}
@@ -161,20 +157,51 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	return p, nil
 }
 
-// followSnapshots gives the core a VolumeSnapshot informer of its own (the
-// framework's informer factory has only built-in types), an optional API
-// started on ctx whenever the API serves VolumeSnapshots, and activates the
-// pods waiting for a snapshot when one appears or changes.
-func (p *Plugin) followSnapshots(ctx context.Context, cfg *rest.Config) error {
+// newCore builds the plugin's core on the framework's informers, with the
+// optional reads: snapshots and heartbeats when they are followed (nil
+// otherwise), and the CSIDriver informer VolumeBinding reads too.
+func newCore(args Args, h fwk.Handle, snaps *scheduler.Snapshots, hb *heartbeats) (*scheduler.Core, error) {
+	// A zero TTL takes the Core's default.
+	grace := time.Duration(0) // the Core's default
+	if args.CapacityPublishGrace != nil {
+		if grace = args.CapacityPublishGrace.Duration; grace == 0 {
+			grace = -1 // off
+		}
+	}
+	opt := scheduler.OptionalSources{CSIDrivers: h.SharedInformerFactory().Storage().V1().CSIDrivers().Lister()}
+	if snaps != nil {
+		opt.Snapshots = snaps.Source
+	}
+	if hb != nil {
+		opt.Liveness = hb.live
+	}
+	return scheduler.NewFromInformers(scheduler.Config{Driver: args.DriverName, ReservationTTL: args.ReservationTTL.Duration,
+		ScoreWeights: args.ScoreWeights, CapacityPublishGrace: grace, IgnoreCapacity: args.Capacity != nil && !*args.Capacity},
+		h.SharedInformerFactory(), opt)
+}
+
+// snapshotInformer returns the core's VolumeSnapshot informer, one of its
+// own (the framework's informer factory has only built-in types); nil for
+// a framework without a kubeconfig (tests): snapshots off.
+func snapshotInformer(cfg *rest.Config) (*scheduler.Snapshots, error) {
 	if cfg == nil {
-		return nil // a framework without a kubeconfig (tests): snapshots off
+		return nil, nil
 	}
 	client, err := snapclient.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	snaps := scheduler.SnapshotInformer(client)
-	p.core.SetSnapshots(snaps.Source)
+	return &snaps, nil
+}
+
+// followSnapshots runs the core's VolumeSnapshot informer (nil: none) as an
+// optional API started on ctx whenever the API serves VolumeSnapshots, and
+// activates the pods waiting for a snapshot when one appears or changes.
+func (p *Plugin) followSnapshots(ctx context.Context, snaps *scheduler.Snapshots) error {
+	if snaps == nil {
+		return nil
+	}
 	if _, err := snaps.Informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.activateSourceWaiting() },
 		UpdateFunc: func(_, _ any) { p.activateSourceWaiting() },
@@ -210,20 +237,20 @@ func read(cs fwk.CycleState) (*scheduler.PodVolumes, bool) {
 // claim of a class so new that some nodes it may use have not published
 // its capacity yet waits (CapacityNotPublished).
 func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	pv, err := p.core.PodVolumes(pod)
+	podVols, err := p.core.PodVolumes(pod)
 	if errors.Is(err, scheduler.ErrClaimNotFound) {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	if pv == nil {
+	if podVols == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if st := p.waitForCapacity(pv, pod, nodes); st != nil {
+	if st := p.waitForCapacity(podVols, pod, nodes); st != nil {
 		return nil, st
 	}
-	cs.Write(stateKey, &state{volumes: pv})
+	cs.Write(stateKey, &state{volumes: podVols})
 	return nil, nil
 }
 
@@ -232,11 +259,11 @@ func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Filter implements fwk.FilterPlugin.
 func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
-	pv, ok := read(cs)
+	podVols, ok := read(cs)
 	if !ok {
 		return nil
 	}
-	st := p.core.Filter(pv, ni.Node())
+	st := p.core.Filter(podVols, ni.Node())
 	if st == nil {
 		return nil
 	}
@@ -260,11 +287,11 @@ func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []f
 // the node's segment and attach headroom, weighted by the scoreWeights
 // argument) rescaled to 0..MaxNodeScore.
 func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
-	pv, ok := read(cs)
+	podVols, ok := read(cs)
 	if !ok {
 		return 0, nil
 	}
-	return p.core.Score(pv, ni.Node()) * fwk.MaxNodeScore / scheduler.MaxScore, nil
+	return p.core.Score(podVols, ni.Node()) * fwk.MaxNodeScore / scheduler.MaxScore, nil
 }
 
 // ScoreExtensions implements fwk.ScorePlugin: none.
@@ -273,7 +300,7 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 // Reserve records the pod's pending claims in the ledger for the node's
 // segment, so pods scheduled right after see them.
 func (p *Plugin) Reserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeName string) *fwk.Status {
-	pv, ok := read(cs)
+	podVols, ok := read(cs)
 	if !ok {
 		return nil
 	}
@@ -281,14 +308,14 @@ func (p *Plugin) Reserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeNa
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	p.core.Reserve(pv, ni.Node())
+	p.core.Reserve(podVols, ni.Node())
 	return nil
 }
 
 // Unreserve drops the pod's reservations; idempotent.
 func (p *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) {
-	if pv, ok := read(cs); ok {
-		p.core.Unreserve(pv)
+	if podVols, ok := read(cs); ok {
+		p.core.Unreserve(podVols)
 	}
 }
 
@@ -307,7 +334,7 @@ func (p *Plugin) signatureKey() string {
 // (scheduler.PodVolumes.Signature). A pod whose claim does not exist yet is
 // not signed (PreFilter rejects it anyway).
 func (p *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	pv, err := p.core.PodVolumes(pod)
+	podVols, err := p.core.PodVolumes(pod)
 	if errors.Is(err, scheduler.ErrClaimNotFound) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with a missing claim are not signable")
 	}
@@ -315,8 +342,8 @@ func (p *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *f
 		return nil, fwk.AsStatus(err)
 	}
 	frags := []fwk.SignFragment{{Key: fwk.VolumesSignerName, Value: fwk.VolumesSigner(pod)}}
-	if pv != nil {
-		frags = append(frags, fwk.SignFragment{Key: p.signatureKey(), Value: pv.Signature()})
+	if podVols != nil {
+		frags = append(frags, fwk.SignFragment{Key: p.signatureKey(), Value: podVols.Signature()})
 	}
 	return frags, nil
 }
