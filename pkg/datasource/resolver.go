@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/contract"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -48,8 +49,8 @@ type Config struct {
 	// CSINode returns a node's CSINode, nil when there is none: the
 	// topology keys the driver reports on the node. Required.
 	CSINode func(name string) *storagev1.CSINode
-	// Events posts the Event of a claim left to a volume populator. nil:
-	// no Event.
+	// Events posts the Event of a claim left to a volume populator
+	// (upstream's reason, contract.ReasonProvisioning). nil: no Event.
 	Events record.EventRecorder
 }
 
@@ -120,7 +121,7 @@ func (r *Resolver) resolveObject(ctx context.Context, claim *v1.PersistentVolume
 		return r.snapshotSource(ctx, claim, ref.Name)
 	}
 	if r.cfg.Events != nil {
-		r.cfg.Events.Eventf(claim, v1.EventTypeNormal, reasonPopulator,
+		r.cfg.Events.Eventf(claim, v1.EventTypeNormal, contract.ReasonProvisioning,
 			"Assuming an external populator will provision the volume from data source %s %q (API group %q)", ref.Kind, ref.Name, ref.Group)
 	}
 	return nil, &controller.IgnoredError{Reason: fmt.Sprintf("data source %s.%s %q is not handled by the provisioner, assuming an external populator will provision it",

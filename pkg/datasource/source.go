@@ -32,10 +32,6 @@ const (
 	snapshotGroup = snapv1.GroupName
 )
 
-// reasonPopulator is the Event reason (upstream's) for a claim left to an
-// external volume populator.
-const reasonPopulator = "Provisioning"
-
 // ErrRefused marks a claim whose data source cannot be used (yet):
 // missing, not bound or not ready, another driver, too large, another
 // volume mode. The message says which, in an operator's words.
