@@ -127,14 +127,15 @@ conformance: build
 	CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin CONFORMANCE_REPEAT=$(REPEAT) $(GO) test ./test/conformance/ -count=1 -v -timeout 40m -ldflags='-s -w'
 	CSI_TOPOLOGY_SWAP_CLAIMS=200 CSI_TOPOLOGY_TEST_BIN_DIR=$(CURDIR)/bin $(GO) test ./test/e2eswap -count=1 -v -timeout 40m -ldflags='-s -w'
 
-## run: the main job on the local control plane (see README); Ctrl-C, or SIGINT
+## run: the main job on the local control plane (see README); NODES=kubelet runs it
+## on 3 real nodes (as root; docs/real-nodes.md). Ctrl-C, or SIGINT
 ## or SIGTERM to make alone, stops it and cleans up. make execs the program (no
 ## `go run` in between) so that it is make's child: make passes SIGTERM on to
 ## it but not SIGINT, so the program watches make's signal handlers in /proc
 ## and stops when make handles a fatal signal (test/harness/cmd/run/stop.go).
 run: build
 	@$(PROGRESS) -label "build bin/run" -packages -- $(GO) build -v -o bin/run ./test/harness/cmd/run
-	exec bin/run --bin-dir=bin $(ARGS)
+	exec bin/run --bin-dir=bin $(if $(NODES),--nodes=$(NODES)) $(ARGS)
 
 ## image: the images for IMAGE_PLATFORMS without a container engine (tools/image): bin/images/<binary>/ (OCI layout, multi-platform index) and bin/images/<binary>-<arch>.tar (docker load), tagged and stamped with VERSION
 # Every date in the images is SOURCE_DATE_EPOCH, or the commit time: two builds of a commit are identical.

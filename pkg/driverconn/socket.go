@@ -169,9 +169,35 @@ func socketProblem(path string, err error) string {
 // their socket 0755 (root:root), which only root may connect to.
 func permissionProblem(path string, uid, gid int) string {
 	return fmt.Sprintf("Cannot connect to the CSI driver socket: permission denied for uid %d gid %d (socket %s, directory %s); "+
-		"run this container as the socket's owner (securityContext.runAsUser: 0, the image's default user) "+
+		"run this container as the socket's owner (%s) "+
 		"or have the driver make its socket group-writable and give both containers that group (runAsGroup or fsGroup); waiting",
-		uid, gid, describeOwner(path), describeOwner(filepath.Dir(path)))
+		uid, gid, describeOwner(path), describeOwner(filepath.Dir(path)), ownerHint(socketOwner(path)))
+}
+
+// ownerHint is how to run as the owner of the socket at path (socketOwner):
+// root, the image's default user, for a root driver's socket or when the
+// owner is unknown. A socket of another user (a driver that runs as
+// non-root) wants that user; root without capabilities, as the manifests
+// run the sidecars, may not connect to it either: running the driver as
+// root also works.
+func ownerHint(uid uint32, known bool) string {
+	if !known || uid == 0 {
+		return "securityContext.runAsUser: 0, the image's default user"
+	}
+	return fmt.Sprintf("securityContext.runAsUser: %d, the driver's user; root without capabilities may not connect to another user's socket, so running the driver as root works too", uid)
+}
+
+// socketOwner is the uid that owns the file at path, if it can be read.
+func socketOwner(path string) (uint32, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return st.Uid, true
 }
 
 // describeOwner is "uid U gid G mode M" of the file at path, or why it

@@ -161,3 +161,39 @@ func TestWaitForSocket(t *testing.T) {
 		t.Errorf("waitForSocket = %v, want nil", waitErr)
 	}
 }
+
+// TestOwnerHint: the hint names the socket's owner, which is root for most
+// drivers, but not for a driver that runs as its image's non-root user
+// (as the mock controller once did in deploy/'s quick start, where root
+// without capabilities was told to run as root).
+func TestOwnerHint(t *testing.T) {
+	tests := []struct {
+		name  string
+		uid   uint32
+		known bool
+		want  string
+	}{
+		{name: "root's socket", uid: 0, known: true, want: "securityContext.runAsUser: 0, the image's default user"},
+		{name: "owner unknown", uid: 0, known: false, want: "securityContext.runAsUser: 0, the image's default user"},
+		{name: "non-root driver's socket", uid: 65532, known: true, want: "securityContext.runAsUser: 65532, the driver's user; root without capabilities may not connect to another user's socket"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ownerHint(tc.uid, tc.known); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("ownerHint(%d, %v) = %q, want it to start with %q", tc.uid, tc.known, got, tc.want)
+			}
+		})
+	}
+	t.Run("a real socket", func(t *testing.T) {
+		path := filepath.Join(shortDir(t), "csi.sock")
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		want := ownerHint(uint32(os.Getuid()), true)
+		if got := permissionProblem(path, 65533, 65533); !strings.Contains(got, "socket's owner ("+want+")") {
+			t.Errorf("permissionProblem = %q, want the hint %q", got, want)
+		}
+	})
+}

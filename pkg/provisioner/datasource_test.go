@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/datasource"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
@@ -116,15 +117,15 @@ func nodeBoundAffinity(zone, node string) *v1.VolumeNodeAffinity {
 }
 
 func (c claimBuilder) cloneOf(name string) claimBuilder {
-	c.Spec.DataSource = &v1.TypedLocalObjectReference{Kind: kindClaim, Name: name}
-	c.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: kindClaim, Name: name}
+	c.Spec.DataSource = &v1.TypedLocalObjectReference{Kind: datasource.KindClaim, Name: name}
+	c.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: datasource.KindClaim, Name: name}
 	return c
 }
 
 func (c claimBuilder) restoreOf(name string) claimBuilder {
-	g := snapshotGroup
-	c.Spec.DataSource = &v1.TypedLocalObjectReference{APIGroup: &g, Kind: kindSnapshot, Name: name}
-	c.Spec.DataSourceRef = &v1.TypedObjectReference{APIGroup: &g, Kind: kindSnapshot, Name: name}
+	g := snapv1.GroupName
+	c.Spec.DataSource = &v1.TypedLocalObjectReference{APIGroup: &g, Kind: datasource.KindSnapshot, Name: name}
+	c.Spec.DataSourceRef = &v1.TypedObjectReference{APIGroup: &g, Kind: datasource.KindSnapshot, Name: name}
 	return c
 }
 
@@ -183,8 +184,8 @@ func TestCloneRefusals(t *testing.T) {
 			e := newEnv(t, envOptions{cfg: cfg, nodes: threeZones, objs: objs, sources: true, direct: copyingCSI{}})
 			clone := makePVC("clone", "zonal").cloneOf("src")
 			_, state, err := e.provision(t, clone.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
-			if !errors.Is(err, ErrSourceRefused) || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error = %v, want ErrSourceRefused saying %q", err, tc.wantErr)
+			if !errors.Is(err, datasource.ErrRefused) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want ErrRefused saying %q", err, tc.wantErr)
 			}
 			if state != controller.ProvisioningFinished {
 				t.Errorf("state = %v, want Finished (the library retries with its backoff)", state)
@@ -285,7 +286,7 @@ func TestPopulatorAndCrossNamespace(t *testing.T) {
 	}
 	other := "elsewhere"
 	cross := makePVC("cross", "zonal")
-	cross.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: kindClaim, Name: "src", Namespace: &other}
+	cross.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: datasource.KindClaim, Name: "src", Namespace: &other}
 	_, state, err := e.provision(t, cross.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
 	if !errors.Is(err, ErrInvalidClaim) || !strings.Contains(err.Error(), `in another namespace (dataSourceRef PersistentVolumeClaim "src" in namespace "elsewhere") is not supported`) || state != controller.ProvisioningFinished {
 		t.Fatalf("cross-namespace: %v, %v", state, err)
@@ -354,7 +355,7 @@ func TestSnapshotRestore(t *testing.T) {
 			wantErr: "set annotation snapshot.storage.kubernetes.io/allow-volume-mode-change=true"},
 		{name: "volume mode conversion allowed by the content", ready: true, claim: makePVC("r", "zonal").restoreOf("snap").withMode(block),
 			mutate: func(_ *snapv1.VolumeSnapshot, c *snapv1.VolumeSnapshotContent) {
-				c.Annotations = map[string]string{annAllowVolumeModeChange: "true"}
+				c.Annotations = map[string]string{datasource.AnnAllowVolumeModeChange: "true"}
 			}, wantZone: "any"},
 		{name: "volume mode conversion with the check off", ready: true, claim: makePVC("r", "zonal").restoreOf("snap").withMode(block),
 			cfg: &Config{SupportsTopology: true, SupportsSnapshot: true}, wantZone: "any"},
@@ -391,8 +392,8 @@ func TestSnapshotRestore(t *testing.T) {
 			}
 			_, state, err := e.provision(t, tc.claim.PersistentVolumeClaim, class.StorageClass, nil)
 			if tc.wantErr != "" {
-				if !errors.Is(err, ErrSourceRefused) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want ErrSourceRefused saying %q", err, tc.wantErr)
+				if !errors.Is(err, datasource.ErrRefused) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want ErrRefused saying %q", err, tc.wantErr)
 				}
 				if len(e.csi.creates) != 0 {
 					t.Errorf("%d CreateVolume call(s) for a refused restore", len(e.csi.creates))
@@ -431,7 +432,7 @@ func TestSnapshotAPIMissing(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, direct: copyingCSI{}, sources: true, apisMissing: true})
 	claim := makePVC("r", "zonal").restoreOf("snap").withSelectedNode("n1").PersistentVolumeClaim
 	_, state, err := e.provision(t, claim, makeClass("zonal").StorageClass, makeNode("n1", "z1"))
-	if !errors.Is(err, ErrSourceRefused) || state != controller.ProvisioningFinished ||
+	if !errors.Is(err, datasource.ErrRefused) || state != controller.ProvisioningFinished ||
 		!strings.Contains(err.Error(), "the VolumeSnapshot API (snapshot.storage.k8s.io/v1) is not served yet") ||
 		!strings.Contains(err.Error(), "picked up without a restart") {
 		t.Fatalf("Provision = %v, %v; want a refusal saying the API is not served yet", state, err)
@@ -534,4 +535,14 @@ func TestCopyOnAnotherZone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hasString says whether list holds s.
+func hasString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }

@@ -91,7 +91,7 @@ func (p *Provisioner) nodeMayTake(capacity bool) func(context.Context, *v1.Persi
 			return ""
 		}
 		if p.cfg.SupportsTopology {
-			source, err := p.resolveSource(ctx, claim, class)
+			source, err := p.sources.Resolve(ctx, claim, class)
 			if err != nil {
 				return ""
 			}
@@ -109,7 +109,7 @@ func (p *Provisioner) nodeMayTake(capacity bool) func(context.Context, *v1.Persi
 // roomOnNode asks the driver for the room in the node's segment: why the
 // claim does not fit, or "" (also when the driver cannot tell).
 func (p *Provisioner) roomOnNode(ctx context.Context, claim *v1.PersistentVolumeClaim, req *createRequest) string {
-	q := claimSize(claim)
+	q := claim.Spec.Resources.Requests[v1.ResourceStorage]
 	size := q.Value()
 	if size <= 0 {
 		return ""

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/datasource"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/fullsegments"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
@@ -84,7 +85,7 @@ type Deps struct {
 	Clock clock.PassiveClock
 	// Sources are the listers and the protection of data sources (clones,
 	// snapshots) and the VolumeAttributesClass lister. Each may be nil:
-	// claims needing it are refused with an Event. See datasource.go.
+	// claims needing it are refused with an Event. See sources.go.
 	Sources Sources
 	// ClaimPatcher patches claims to hold the durable in-flight record
 	// (inflight.Finalizer) before each CreateVolume. nil switches the record
@@ -139,6 +140,8 @@ type Provisioner struct {
 	// selections times claims from selected-node to PV, fed by the
 	// Controller's claim informer (SelectionClock).
 	selections *SelectionClock
+	// sources resolves claims' data sources.
+	sources *datasource.Resolver
 	// migration serves the in-tree plugin the driver replaces; nil when
 	// it replaces none.
 	migration *migration
@@ -165,7 +168,7 @@ func New(cfg Config, deps Deps) (*Provisioner, error) {
 	}
 	return &Provisioner{cfg: cfg, deps: deps, inBackground: map[types.UID]string{}, deleted: newDeletedVolumes(nil),
 		full: fullsegments.New(deps.Clock, cfg.FullSegmentHold, deps.Metrics.fullSegments()), records: newRecords(deps.ClaimPatcher, cfg.Node),
-		migration: newMigration(cfg.DriverName), selections: NewSelectionClock(nil)}, nil
+		migration: newMigration(cfg.DriverName), selections: NewSelectionClock(nil), sources: newResolver(cfg, deps)}, nil
 }
 
 // SupportsBlock reports that raw block claims are passed to the driver, which
@@ -244,7 +247,7 @@ func (p *Provisioner) provision(ctx context.Context, opts controller.ProvisionOp
 		return nil, controller.ProvisioningFinished, err
 	}
 	req.warnDeprecated(logger)
-	if req.source, err = p.resolveSource(ctx, claim, class); err != nil {
+	if req.source, err = p.sources.Resolve(ctx, claim, class); err != nil {
 		return nil, controller.ProvisioningFinished, err
 	}
 	req.setSource()
@@ -377,7 +380,7 @@ func (p *Provisioner) finishPV(ctx context.Context, opts controller.ProvisionOpt
 	logger := klog.FromContext(ctx)
 	pv, err := p.buildPV(opts, req, resp)
 	if err == nil {
-		err = p.checkContentSource(req, resp.GetVolume())
+		err = p.sources.CheckCreated(req.source, resp.GetVolume())
 	}
 	if err == nil && migrated {
 		pv, err = p.migration.toInTree(pv)
@@ -507,7 +510,7 @@ func (p *Provisioner) backgroundName(uid types.UID) (string, bool) {
 
 // requirements computes the accessibility requirements of a claim from
 // informer data and the segment index.
-func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string, source *dataSource) (topology.Placement, error) {
+func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNode string, source *datasource.Source) (topology.Placement, error) {
 	in := topology.RequirementsInput{
 		Driver:            p.cfg.DriverName,
 		SelectedNode:      opts.SelectedNode,
@@ -519,7 +522,7 @@ func (p *Provisioner) requirements(opts controller.ProvisionOptions, selectedNod
 		Index:             p.deps.Index,
 	}
 	if source != nil {
-		in.Source, in.SourceName, in.SourceBasis = source.reach, source.String(), source.basis
+		in.Source, in.SourceName, in.SourceBasis = source.Reach, source.String(), source.Basis
 	}
 	if selectedNode != "" {
 		csiNode, err := p.deps.CSINodes.Get(selectedNode)

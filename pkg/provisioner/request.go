@@ -2,7 +2,6 @@ package provisioner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -14,11 +13,13 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/classparams"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/datasource"
 )
 
 // ErrInvalidClaim marks a claim the provisioner cannot serve as written
 // (no size, impossible size range, unsupported data source or selector).
-var ErrInvalidClaim = errors.New("invalid claim")
+// It is datasource.ErrInvalidClaim, which the data-source checks wrap.
+var ErrInvalidClaim = datasource.ErrInvalidClaim
 
 // ErrInvalidParameter marks a StorageClass parameter error: a configuration
 // error that retrying cannot fix until the class is corrected.
@@ -108,7 +109,7 @@ type createRequest struct {
 	fsType  string
 	secrets map[classparams.SecretKind]*v1.SecretReference
 	// source is the claim's data source, nil for an empty volume.
-	source *dataSource
+	source *datasource.Source
 	// attributesClass is the claim's VolumeAttributesClass, "" for none.
 	attributesClass string
 	// deprecated are the deprecated class parameters the request honours.
@@ -126,7 +127,7 @@ func (r *createRequest) warnDeprecated(logger klog.Logger) {
 // setSource puts the data source's content into the CSI request.
 func (r *createRequest) setSource() {
 	if r.source != nil {
-		r.csi.VolumeContentSource = r.source.content
+		r.csi.VolumeContentSource = r.source.Content
 	}
 }
 

@@ -11,6 +11,7 @@ package e2erealnode
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
@@ -28,10 +29,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: kubeletnode.Controllers, AuditPolicy: auditPolicy}, func(ctx context.Context, c *controlplane.Cluster) error {
+	os.Exit(controlplane.RunTestMain(m, controlplane.Options{Controllers: kubeletnode.InstallControllers, AuditPolicy: auditPolicy}, func(ctx context.Context, c *controlplane.Cluster) error {
 		cluster = c
 		var err error
-		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Names: realNodes}, "mock-driver", "csi-node-publisher")
+		nodes, err = kubeletnode.AddNodes(ctx, c, kubeletnode.Options{Names: realNodes}, append(slices.Clone(kubeletnode.MockOverlayImages), "csi-node-router")...)
 		if err != nil {
 			return err
 		}

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/tools/image/imagebuild"
 )
 
 var cluster *controlplane.Cluster
@@ -238,9 +239,10 @@ func checkSecurityContexts(t *testing.T, what string, o *unstructured.Unstructur
 	}
 }
 
-// checkUser holds docs/install.md's "Images" to its word: our images run as
-// 65532, so the containers that use the driver's socket say runAsUser 0,
-// and the schedulers say runAsNonRoot.
+// checkUser holds docs/install.md's "Images" to its word: the containers
+// that use the driver's socket run as their image's user, root (as
+// upstream's), with no user of their own in the manifests, which would hide
+// whether the image as shipped connects; the schedulers say runAsNonRoot.
 func checkUser(t *testing.T, what string, o *unstructured.Unstructured, name string, sc map[string]any) {
 	t.Helper()
 	// A decoded YAML number is a float64 or an int64.
@@ -255,8 +257,9 @@ func checkUser(t *testing.T, what string, o *unstructured.Unstructured, name str
 	nonRoot, _, _ := unstructured.NestedBool(sc, "runAsNonRoot")
 	switch name {
 	case "csi-provisioner", "csi-node-publisher":
-		if !hasUser || user != 0 || nonRoot {
-			t.Errorf("%s: container %s of %s %s: securityContext %v, want runAsUser 0 (the driver's socket)", what, name, o.GetKind(), o.GetName(), sc)
+		if hasUser || nonRoot || imagebuild.UserOf(name) != imagebuild.RootUser {
+			t.Errorf("%s: container %s of %s %s: securityContext %v, image user %s: want no runAsUser nor runAsNonRoot, the image's user root (the driver's socket)",
+				what, name, o.GetKind(), o.GetName(), sc, imagebuild.UserOf(name))
 		}
 	case "csi-topology-scheduler", "csi-scheduler-extender":
 		if !nonRoot || (hasUser && user == 0) {

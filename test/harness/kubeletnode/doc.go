@@ -30,6 +30,11 @@
 // IfNotPresent; the sandbox image is pinned in containerd's CRI
 // configuration, so image garbage collection never removes it.
 //
+// Install applies a kustomization of deploy/ (MockOverlay, the kind quick
+// start's) to the nodes as a vendor does, with the lab's images under the
+// names it uses, and waits until it runs; AddReadBack gives a pod template
+// a container that writes to a volume and reads it back (ReadBack).
+//
 // Where the host cannot run a node (not root, cgroup v1 controllers
 // missing, runc not installable) AddNodes fails and says why: tests that
 // need real nodes fail there, they never skip.

@@ -50,12 +50,16 @@ func (i Images) Ref(binary string) string { return i.Refs[binary] }
 // outDir.
 func BuildImages(ctx context.Context, repoRoot, outDir string, project ...string) (Images, error) {
 	imgs := Images{Refs: map[string]string{}}
+	// The registrar runs as root, as upstream's node-driver-registrar
+	// image does: it connects to the driver's socket, which a root driver
+	// makes 0755.
 	sets := []struct {
 		root     string
 		binaries []string
+		asRoot   []string
 	}{
-		{filepath.Join(repoRoot, "test", "harness", "kubeletnode", "images"), []string{Pause, RWCheck, APICheck, Registrar}},
-		{repoRoot, project},
+		{filepath.Join(repoRoot, "test", "harness", "kubeletnode", "images"), []string{Pause, RWCheck, APICheck, Registrar}, []string{Registrar}},
+		{repoRoot, project, nil},
 	}
 	for _, s := range sets {
 		if len(s.binaries) == 0 {
@@ -66,6 +70,7 @@ func BuildImages(ctx context.Context, repoRoot, outDir string, project ...string
 			Platforms:  []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}},
 			Repository: ImageRepository, Version: ImageVersion,
 			LDFlags: "-s -w -X main.version=" + ImageVersion, Created: time.Unix(0, 0).UTC(),
+			RootBinaries: s.asRoot,
 		})
 		if err != nil {
 			return imgs, fmt.Errorf("building the images %v: %w", s.binaries, err)

@@ -83,6 +83,10 @@ type Config struct {
 	OutDir string
 	// GoCommand is the go command; "go" if empty.
 	GoCommand string
+	// RootBinaries run as RootUser whatever UserOf says: the test lab's
+	// stand-in for upstream's node-driver-registrar, whose image runs as
+	// root (test/harness/kubeletnode). make image sets none.
+	RootBinaries []string
 }
 
 // Reference is the name and tag of the image of binary: the name `docker

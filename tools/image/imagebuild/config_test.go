@@ -82,3 +82,23 @@ func TestUserOf(t *testing.T) {
 		})
 	}
 }
+
+// TestRootBinaries: a binary named in RootBinaries runs as root (the lab's
+// stand-in for upstream's node-driver-registrar, whose image does), the
+// others keep their user.
+func TestRootBinaries(t *testing.T) {
+	c := Config{RootBinaries: []string{"registrar"}}
+	for _, tc := range []struct {
+		binary, want string
+	}{
+		{binary: "registrar", want: "0:0"},
+		{binary: "rwcheck", want: "65532:65532"},
+		{binary: "csi-provisioner", want: "0:0"},
+	} {
+		t.Run(tc.binary, func(t *testing.T) {
+			if got := c.ImageConfig(tc.binary).User; got != tc.want {
+				t.Errorf("user of %s = %q, want %q", tc.binary, got, tc.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package imagebuild
 
 import (
 	"fmt"
+	"slices"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -50,13 +51,17 @@ func (c *Config) newImage(binary string, p v1.Platform, base, bin layerFile) (v1
 }
 
 // ImageConfig is the run configuration of the image of binary: entrypoint
-// /<binary>, user UserOf(binary), working directory /, PATH as BuildKit gives an
+// /<binary>, user UserOf(binary) (RootUser for RootBinaries), working directory /, PATH as BuildKit gives an
 // image built FROM scratch (nothing in the images uses it), and the labels.
 // The Dockerfile at the repository's root gives the same (test/images).
 func (c *Config) ImageConfig(binary string) v1.Config {
+	user := UserOf(binary)
+	if slices.Contains(c.RootBinaries, binary) {
+		user = RootUser
+	}
 	return v1.Config{
 		Entrypoint: []string{"/" + binary},
-		User:       UserOf(binary),
+		User:       user,
 		WorkingDir: "/",
 		Env:        []string{"PATH=" + Path},
 		Labels:     c.labels(binary),

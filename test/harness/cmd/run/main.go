@@ -2,7 +2,11 @@
 // mock driver (3 zones x 2 nodes) and csi-provisioner, applies examples/
 // (a WaitForFirstConsumer class and a 3-replica StatefulSet spread across
 // zones), waits until every claim is Bound and prints where each landed.
-// It then stays up until Ctrl-C, or exits with --once.
+// It then stays up until Ctrl-C, or exits with --once. With --nodes=kubelet
+// (make run NODES=kubelet, as root) it runs the same job on three real
+// nodes (test/harness/kubeletnode): deploy/'s mock overlay installed as pods, the
+// StatefulSet's pods really started, each writing to its volume and reading
+// it back (the table's READ BACK column).
 //
 // `make run` builds it into bin/ and execs it with --bin-dir=bin, so that it
 // is make's child. Ctrl-C, SIGINT or SIGTERM to it or to make, or make's
@@ -15,9 +19,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -36,6 +42,9 @@ type options struct {
 	once    bool
 	timeout time.Duration
 	binDir  string
+	// nodes is "" (fake nodes, the driver as processes) or "kubelet"
+	// (real nodes, deploy/ installed as pods).
+	nodes string
 }
 
 func main() {
@@ -45,7 +54,12 @@ func main() {
 	fs.BoolVar(&o.once, "once", false, "Exit after printing the table (for scripts).")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait for every claim to be Bound.")
 	fs.StringVar(&o.binDir, "bin-dir", "", "The project's binaries (make build's bin/); by default they are built into the cluster's temp dir.")
+	fs.StringVar(&o.nodes, "nodes", "", `"kubelet": run on 3 real nodes (needs root), deploy/'s mock overlay as pods, each pod reading its volume back.`)
 	_ = fs.Parse(os.Args[1:])
+	if o.nodes != "" && o.nodes != "kubelet" {
+		fmt.Fprintf(os.Stderr, "make run: NODES=%s: only NODES=kubelet is known\n", o.nodes)
+		os.Exit(2)
+	}
 	if o.binDir != "" {
 		abs, err := filepath.Abs(o.binDir)
 		if err != nil {
@@ -97,6 +111,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.nodes == "kubelet" {
+		return runOnKubelets(ctx, o)
+	}
 	logger := klog.FromContext(ctx)
 	fmt.Println("Starting the local control plane (the first run builds it: a few minutes)...")
 	cluster, err := controlplane.Start(ctx, controlplane.Options{})
@@ -127,30 +144,25 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	fmt.Println("Applied examples/: StorageClass mock-zonal and StatefulSet web (3 replicas, one per zone).")
-	rows, err := waitBound(ctx, cluster, env, o.timeout)
+	rows, err := waitBound(ctx, cluster, env.Nodes, o.timeout)
 	if err != nil {
 		return fail(err)
 	}
-	printTable(rows)
-	fmt.Printf("\nKUBECONFIG=%s\n", cluster.Kubeconfig)
-	fmt.Printf("Try: kubectl --kubeconfig %s get pvc,pv -o wide\n", cluster.Kubeconfig)
-	fmt.Printf("Logs of every component: %s\n", cluster.LogDir)
-	if o.once {
-		return nil
-	}
-	fmt.Println("\nThe cluster stays up; press Ctrl-C to stop and clean up.")
-	<-ctx.Done()
-	return nil
+	printTable(os.Stdout, rows)
+	return stayUp(ctx, cluster, o)
 }
 
 type row struct {
-	pvc, node, zone, pv, affinity string
-	seconds                       float64
+	pvc, pod, node, zone, pv, affinity string
+	seconds                            float64
+	// readBack is what the pod read from its volume (real nodes only).
+	readBack string
 }
 
 // waitBound waits until every claim of the example StatefulSet is Bound and
-// its pod is on a node, measuring each claim's time from creation to Bound.
-func waitBound(ctx context.Context, cluster *controlplane.Cluster, env *lab.Lab, timeout time.Duration) ([]row, error) {
+// its pod is on a node, measuring each claim's time from creation to Bound;
+// zones are the nodes' zones by name.
+func waitBound(ctx context.Context, cluster *controlplane.Cluster, zones map[string]string, timeout time.Duration) ([]row, error) {
 	client := cluster.Client
 	boundAt := map[string]time.Time{}
 	var rows []row
@@ -179,7 +191,7 @@ func waitBound(ctx context.Context, cluster *controlplane.Cluster, env *lab.Lab,
 				return false, nil
 			}
 			rows = append(rows, row{
-				pvc: pvc.Name, node: pod.Spec.NodeName, zone: env.Nodes[pod.Spec.NodeName], pv: pv.Name,
+				pvc: pvc.Name, pod: pod.Name, node: pod.Spec.NodeName, zone: zones[pod.Spec.NodeName], pv: pv.Name,
 				affinity: affinity(pv), seconds: boundAt[pvc.Name].Sub(pvc.CreationTimestamp.Time).Seconds(),
 			})
 		}
@@ -207,12 +219,23 @@ func affinity(pv *v1.PersistentVolume) string {
 	return strings.Join(terms, " || ")
 }
 
-func printTable(rows []row) {
-	fmt.Println()
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "PVC\tNODE\tZONE\tPV\tNODE AFFINITY\tSECONDS TO BOUND")
+// printTable prints where each claim landed; with real nodes (a row with
+// readBack) a READ BACK column says what each pod read from its volume.
+func printTable(out io.Writer, rows []row) {
+	fmt.Fprintln(out)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	readBack := slices.ContainsFunc(rows, func(r row) bool { return r.readBack != "" })
+	header := "PVC\tNODE\tZONE\tPV\tNODE AFFINITY\tSECONDS TO BOUND"
+	if readBack {
+		header += "\tREAD BACK"
+	}
+	fmt.Fprintln(w, header)
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%.1f\n", r.pvc, r.node, r.zone, r.pv, r.affinity, r.seconds)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%.1f", r.pvc, r.node, r.zone, r.pv, r.affinity, r.seconds)
+		if readBack {
+			line += "\t" + r.readBack
+		}
+		fmt.Fprintln(w, line)
 	}
 	_ = w.Flush()
 }

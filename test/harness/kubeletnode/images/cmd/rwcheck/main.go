@@ -1,7 +1,9 @@
 // Command rwcheck writes a text to a file, syncs it, reads it back and
 // prints what it read, on stdout and in its termination message
 // (/dev/termination-log). It exits 1 when the text read differs. With
-// -stay it then waits for SIGTERM, as a long-running pod's container.
+// -stay it then waits for SIGTERM, as a long-running pod's container. With
+// -keep it writes only when the file does not exist yet: a pod that finds
+// the data of an earlier pod reads that back.
 package main
 
 import (
@@ -16,8 +18,15 @@ func main() {
 	file := flag.String("file", "/tmp/rwcheck", "File to write and read back.")
 	text := flag.String("text", "hello from a real node", "Text to write.")
 	stay := flag.Bool("stay", false, "Wait for SIGTERM after the check.")
+	keep := flag.Bool("keep", false, "When the file exists, read it and write nothing.")
 	flag.Parse()
-	read, err := check(*file, *text)
+	var read string
+	var err error
+	if old, rerr := os.ReadFile(*file); *keep && rerr == nil {
+		read = string(old)
+	} else {
+		read, err = check(*file, *text)
+	}
 	msg := "read back: " + read
 	if err != nil {
 		msg = "error: " + err.Error()
