@@ -536,3 +536,23 @@ func TestBindWaitsForAClaimTheInformerShowsLate(t *testing.T) {
 		t.Fatalf("the claim shown after its PV was not bound: %v", err)
 	}
 }
+
+// TestBindDoesNotRetryAGoneClaimFromTheInformer: the claim was deleted
+// while the informer still shows it; the binder's write finds it gone and
+// sends nothing more from that copy.
+func TestBindDoesNotRetryAGoneClaimFromTheInformer(t *testing.T) {
+	claim := makeClaim("a", "fast").PersistentVolumeClaim
+	pv := makePV("pv-a", claim).with(func(pv *v1.PersistentVolume) { pv.Status.Phase = v1.VolumeBound }).PersistentVolume
+	e := newEnv(t, claim, pv)
+	if err := e.cs.CoreV1().PersistentVolumeClaims("ns").Delete(e.ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.writes = nil
+	e.b.queue.Add("pv-a")
+	for i := 0; i < 5 && e.b.queue.Len() > 0; i++ {
+		e.b.processNext(e.ctx)
+	}
+	if diff := cmp.Diff([]string{"update persistentvolumeclaims"}, e.writes); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+}

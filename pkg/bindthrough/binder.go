@@ -317,9 +317,10 @@ func (b *Binder) fresher(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClai
 }
 
 // noteWritten notes the PV's or claim's version a write replaced as stale,
-// when the write succeeded or found it replaced already (a conflict).
+// when the write succeeded or found it replaced or deleted already (a
+// conflict, not found).
 func (b *Binder) noteWritten(claim types.UID, pv string, err error, pvVersion, claimVersion string) {
-	if err == nil || apierrors.IsConflict(err) {
+	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		b.stale.note(claim, pv, pvVersion, claimVersion)
 	}
 }
