@@ -170,6 +170,11 @@ func run(ctx context.Context, cfg config) error {
 	return runUntilFirstError(ctx, ctrl.Run, monitor.Run)
 }
 
+// bindingWrites is the number of writes bind-through makes per claim (PV
+// status, claim, claim status): its client's rate limit is that many times
+// --kube-api-qps and --kube-api-burst.
+const bindingWrites = 3
+
 // newClients builds the API clients, each with its own rate limit.
 func newClients(cfg config, restCfg *rest.Config) (provisioner.Clients, error) {
 	var (
@@ -193,8 +198,10 @@ func newClients(cfg config, restCfg *rest.Config) (provisioner.Clients, error) {
 	if cfg.controller.BindThrough {
 		// Bind-through's three writes per claim get a budget of their own,
 		// as Events do, so that they neither slow the PV creates nor wait
-		// behind them (docs/configuration.md, "Bind-through").
-		if c.Binding, err = kubeclient.New(restCfg, cfg.kubeAPIQPS, cfg.kubeAPIBurst, "csi-provisioner-bind-through/"+version); err != nil {
+		// behind them; three times the work's, so that they keep pace with
+		// one PV create per claim (docs/configuration.md, "Bind-through").
+		if c.Binding, err = kubeclient.New(restCfg, bindingWrites*cfg.kubeAPIQPS, bindingWrites*cfg.kubeAPIBurst,
+			"csi-provisioner-bind-through/"+version); err != nil {
 			return c, err
 		}
 	}

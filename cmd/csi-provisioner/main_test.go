@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -165,6 +166,43 @@ func TestMux(t *testing.T) {
 				if rec.Code != want {
 					t.Errorf("GET %s = %d, want %d", path, rec.Code, want)
 				}
+			}
+		})
+	}
+}
+
+// TestNewClientsBindingBudget: bind-through's client has a rate limit of
+// its own, three times the work's (three writes per claim against one PV
+// create), so that binding keeps pace with provisioning; without the flag
+// the binding writes have no client of their own.
+func TestNewClientsBindingBudget(t *testing.T) {
+	tests := []struct {
+		name        string
+		bindThrough bool
+		wantQPS     float32
+	}{
+		{name: "bind-through", bindThrough: true, wantQPS: 60},
+		{name: "off"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config{kubeAPIQPS: 20, kubeAPIBurst: 40}
+			cfg.controller.BindThrough = tc.bindThrough
+			c, err := newClients(cfg, &rest.Config{Host: "https://127.0.0.1:1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.bindThrough {
+				if c.Binding != nil {
+					t.Error("a binding client without --bind-through")
+				}
+				return
+			}
+			if got := c.Binding.CoreV1().RESTClient().GetRateLimiter().QPS(); got != tc.wantQPS {
+				t.Errorf("binding client's QPS %v, want %v", got, tc.wantQPS)
+			}
+			if got := c.Work.CoreV1().RESTClient().GetRateLimiter().QPS(); got != 20 {
+				t.Errorf("work client's QPS %v, want 20", got)
 			}
 		})
 	}

@@ -14,6 +14,10 @@ import (
 // PV is left to the PV controller.
 const annPreResizeCapacity = "volume.alpha.kubernetes.io/pre-resize-capacity"
 
+// claimNotFound is skipReason's reason for a PV whose claim the informer
+// does not hold: the only one a later event of the claim may lift.
+const claimNotFound = "claim not found"
+
 // skipReason says why a PV and its claim are left to the PV controller; ""
 // when Binder binds them.
 func skipReason(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim, driver string) string {
@@ -29,7 +33,7 @@ func skipReason(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim, driver
 	case metav1.HasAnnotation(pv.ObjectMeta, annPreResizeCapacity):
 		return "PV awaits a resize"
 	case claim == nil:
-		return "claim not found"
+		return claimNotFound
 	case claim.UID != pv.Spec.ClaimRef.UID:
 		return "claim of another UID"
 	case claim.DeletionTimestamp != nil:

@@ -2,12 +2,15 @@ package bindthrough
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -118,11 +121,14 @@ type env struct {
 	clock  *testclock.FakeClock
 	ctx    context.Context
 	writes []string
+	// version numbers the resourceVersions of updates (versioned).
+	version int
 }
 
 func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, cs: fake.NewClientset(objs...), clock: testclock.NewFakeClock(time.Now()), ctx: ctx}
+	e.cs.PrependReactor("update", "*", e.versioned)
 	e.cs.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
 			e.writes = append(e.writes, a.GetVerb()+" "+a.GetResource().Resource+subresource(a))
@@ -138,6 +144,28 @@ func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	e.b = b
 	e.load()
 	return e
+}
+
+// versioned makes the fake's updates behave as the API server's: an
+// update whose resourceVersion is not the stored one conflicts, and one
+// that passes gets a new resourceVersion.
+func (e *env) versioned(a k8stesting.Action) (bool, runtime.Object, error) {
+	obj := a.(k8stesting.UpdateAction).GetObject()
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return true, nil, err
+	}
+	// The reactor runs under the fake's lock: read the tracker.
+	stored, err := e.cs.Tracker().Get(a.GetResource(), a.GetNamespace(), m.GetName())
+	if err != nil {
+		return false, nil, nil
+	}
+	if s, _ := meta.Accessor(stored); s.GetResourceVersion() != m.GetResourceVersion() {
+		return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), m.GetName(), errors.New("the object has been modified"))
+	}
+	e.version++
+	m.SetResourceVersion(fmt.Sprint(100 + e.version))
+	return false, nil, nil
 }
 
 func subresource(a k8stesting.Action) string {
@@ -291,6 +319,7 @@ func TestBindConflictEndsInTheSameState(t *testing.T) {
 				t.Fatal(err)
 			}
 			won := obj.(*v1.PersistentVolumeClaim).DeepCopy()
+			won.ResourceVersion = "2" // the API's new version
 			won.Spec.VolumeName = "pv-a"
 			won.Annotations = map[string]string{"pv.kubernetes.io/bound-by-controller": "yes", "pv.kubernetes.io/bind-completed": "yes"}
 			if err := e.cs.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}, won, "ns"); err != nil {
@@ -357,5 +386,173 @@ func TestRunQueuesWhatTheInformersHeldAtStart(t *testing.T) {
 		return err == nil && c.Status.Phase == v1.ClaimBound, nil
 	}); err != nil {
 		t.Fatalf("the claim of a PV held at start was not bound: %v", err)
+	}
+}
+
+// TestBindWritesNothingFromCopiesItReplaced: after a binding, the
+// informers show the binder's own writes one by one, each event queueing
+// the PV again; a sync from copies its writes replaced would send updates
+// bound to conflict. It writes nothing until they caught up.
+func TestBindWritesNothingFromCopiesItReplaced(t *testing.T) {
+	tests := []struct {
+		name string
+		// pvCaughtUp, claimCaughtUp: the informer shows the PV, the claim
+		// as written (else as before the binding).
+		pvCaughtUp, claimCaughtUp bool
+	}{
+		{name: "PV shown, claim not yet", pvCaughtUp: true},
+		{name: "claim shown, PV not yet", claimCaughtUp: true},
+		{name: "neither shown yet"},
+		{name: "both shown", pvCaughtUp: true, claimCaughtUp: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := makeClaim("a", "fast").PersistentVolumeClaim
+			e := newEnv(t, claim, makePV("pv-a", claim).PersistentVolume)
+			e.b.queue.Add("pv-a")
+			e.b.processNext(e.ctx)
+			if len(e.writes) != 3 {
+				t.Fatalf("binding: writes %v, want 3", e.writes)
+			}
+			e.writes = nil
+			if tc.pvCaughtUp {
+				_ = e.b.cfg.Volumes.GetIndexer().Update(e.pv("pv-a"))
+			}
+			if tc.claimCaughtUp {
+				_ = e.b.cfg.Claims.GetIndexer().Update(e.claim("a"))
+			}
+			// The informers' events of the objects as they show them.
+			pv, _ := e.b.pvs.Get("pv-a")
+			c, _ := e.b.claims.PersistentVolumeClaims("ns").Get("a")
+			e.b.volumeChanged(pv)
+			e.b.claimChanged(c)
+			for e.b.queue.Len() > 0 {
+				e.b.processNext(e.ctx)
+			}
+			if len(e.writes) != 0 {
+				t.Errorf("writes from the informers' copies: %v, want none", e.writes)
+			}
+			if n := e.b.stale.size(); n != 0 && tc.pvCaughtUp && tc.claimCaughtUp {
+				t.Errorf("%d pairs' stale versions kept after the informers caught up, want none", n)
+			}
+		})
+	}
+}
+
+// TestBindRetriesAConflictOnTheClaimsNextEvent: the claim changed between
+// the informer's copy and the binder's write (the in-flight record's
+// keeper removed its finalizer once the PV existed). The binder does not
+// retry from the stale copy; the claim's next event queues the PV and the
+// binding completes with one more write each.
+func TestBindRetriesAConflictOnTheClaimsNextEvent(t *testing.T) {
+	claim := makeClaim("a", "fast").with(func(c *v1.PersistentVolumeClaim) {
+		c.Finalizers = []string{"provisioner.storage.kubernetes.io/volume-leak-protection"}
+	}).PersistentVolumeClaim
+	e := newEnv(t, claim, makePV("pv-a", claim).PersistentVolume)
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	e.cs.PrependReactor("update", "persistentvolumes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		// While the binder writes the PV's status, the keeper's PATCH
+		// lands (the reactor runs under the fake's lock: the tracker).
+		obj, err := e.cs.Tracker().Get(gvr, "ns", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := obj.(*v1.PersistentVolumeClaim); len(c.Finalizers) > 0 {
+			c = c.DeepCopy()
+			c.Finalizers, c.ResourceVersion = nil, "50"
+			if err := e.cs.Tracker().Update(gvr, c, "ns"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return false, nil, nil
+	})
+	e.b.queue.Add("pv-a")
+	e.b.processNext(e.ctx)
+	want := []string{"update persistentvolumes/status", "update persistentvolumeclaims"}
+	if diff := cmp.Diff(want, e.writes); diff != "" {
+		t.Fatalf("first attempt's writes (-want +got):\n%s", diff)
+	}
+	// The informers still show the claim as the binder read it.
+	e.writes = nil
+	for e.b.queue.Len() > 0 {
+		e.b.processNext(e.ctx)
+	}
+	if len(e.writes) != 0 {
+		t.Fatalf("writes from the stale copy of the claim: %v, want none", e.writes)
+	}
+	// The claim's event: the keeper's PATCH.
+	_ = e.b.cfg.Volumes.GetIndexer().Update(e.pv("pv-a"))
+	fresh := e.claim("a")
+	_ = e.b.cfg.Claims.GetIndexer().Update(fresh)
+	e.b.claimChanged(fresh)
+	if n := e.b.queue.Len(); n != 1 {
+		t.Fatalf("the claim's event queued %d PVs, want 1", n)
+	}
+	e.b.processNext(e.ctx)
+	want = []string{"update persistentvolumeclaims", "update persistentvolumeclaims/status"}
+	if diff := cmp.Diff(want, e.writes); diff != "" {
+		t.Errorf("writes after the claim's event (-want +got):\n%s", diff)
+	}
+	if got := e.claim("a"); got.Status.Phase != v1.ClaimBound || got.Spec.VolumeName != "pv-a" || len(got.Finalizers) != 0 {
+		t.Errorf("claim = %s bound to %q with finalizers %v, want Bound to pv-a without the record", got.Status.Phase, got.Spec.VolumeName, got.Finalizers)
+	}
+}
+
+// TestBindWaitsForAClaimTheInformerShowsLate: a PV whose claim the
+// claims' informer does not hold yet is bound once it does.
+func TestBindWaitsForAClaimTheInformerShowsLate(t *testing.T) {
+	claim := makeClaim("a", "fast").PersistentVolumeClaim
+	_, ctx := ktesting.NewTestContext(t)
+	cs := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(cs, 0)
+	b, err := New(Config{DriverName: driver, Client: cs, Volumes: f.Core().V1().PersistentVolumes().Informer(),
+		Claims: f.Core().V1().PersistentVolumeClaims().Informer()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	done := make(chan struct{})
+	go func() { b.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, makePV("pv-a", claim).PersistentVolume, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := b.pvs.Get("pv-a")
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the PV never reached the informer: %v", err)
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		c, err := cs.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})
+		return err == nil && c.Status.Phase == v1.ClaimBound, nil
+	}); err != nil {
+		t.Fatalf("the claim shown after its PV was not bound: %v", err)
+	}
+}
+
+// TestBindDoesNotRetryAGoneClaimFromTheInformer: the claim was deleted
+// while the informer still shows it; the binder's write finds it gone and
+// sends nothing more from that copy.
+func TestBindDoesNotRetryAGoneClaimFromTheInformer(t *testing.T) {
+	claim := makeClaim("a", "fast").PersistentVolumeClaim
+	pv := makePV("pv-a", claim).with(func(pv *v1.PersistentVolume) { pv.Status.Phase = v1.VolumeBound }).PersistentVolume
+	e := newEnv(t, claim, pv)
+	if err := e.cs.CoreV1().PersistentVolumeClaims("ns").Delete(e.ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.writes = nil
+	e.b.queue.Add("pv-a")
+	for i := 0; i < 5 && e.b.queue.Len() > 0; i++ {
+		e.b.processNext(e.ctx)
+	}
+	if diff := cmp.Diff([]string{"update persistentvolumeclaims"}, e.writes); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 }

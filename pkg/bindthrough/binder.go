@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -50,6 +51,10 @@ type Binder struct {
 	forbiddenUntil time.Time
 	// forbiddenLogged: the refusal was logged once in this process.
 	forbiddenLogged bool
+
+	// stale holds, by claim UID, the versions of a pair that the informers
+	// may still show but the API has replaced (waiting.go).
+	stale *staleVersions
 }
 
 // New returns a Binder watching cfg.Volumes.
@@ -67,26 +72,61 @@ func New(cfg Config) (*Binder, error) {
 		cfg:    cfg,
 		pvs:    corelisters.NewPersistentVolumeLister(cfg.Volumes.GetIndexer()),
 		claims: corelisters.NewPersistentVolumeClaimLister(cfg.Claims.GetIndexer()),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		// Retries back off per PV only, without the controllers' overall
+		// 10/s bucket: the writes have a client-side rate limit of their
+		// own (Config.Client), and a burst of failures must not wait
+		// behind the bucket.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryBase, retryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bind-through"}),
+		stale: newStaleVersions(),
 	}
 	if _, err := cfg.Volumes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    b.volumeChanged,
 		UpdateFunc: func(_, obj any) { b.volumeChanged(obj) },
+		DeleteFunc: b.volumeDeleted,
 	}); err != nil {
 		return nil, fmt.Errorf("watching PVs: %w", err)
+	}
+	if _, err := cfg.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    b.claimChanged,
+		UpdateFunc: func(_, obj any) { b.claimChanged(obj) },
+		DeleteFunc: b.claimDeleted,
+	}); err != nil {
+		return nil, fmt.Errorf("watching claims: %w", err)
 	}
 	return b, nil
 }
 
-// volumeChanged queues a PV of the driver whose claim is not Bound to it yet.
+// Retries of a PV whose binding failed (other than by a conflict) back off
+// exponentially from retryBase to retryMax.
+const (
+	retryBase = 100 * time.Millisecond
+	retryMax  = 5 * time.Minute
+)
+
+// volumeChanged queues a PV of the driver whose claim is not Bound to it
+// yet. A PV whose claim the informer does not hold yet waits for the
+// claim's add event.
 func (b *Binder) volumeChanged(obj any) {
 	pv, ok := obj.(*v1.PersistentVolume)
-	if !ok || pv.Spec.ClaimRef == nil || !provisionedBy(pv, b.cfg.DriverName) {
+	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID == "" || !provisionedBy(pv, b.cfg.DriverName) {
 		return
 	}
 	claim, err := b.claims.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
-	if err != nil || skipReason(pv, claim, b.cfg.DriverName) != "" || done(pv, claim) {
+	if err != nil {
+		if skipReason(pv, nil, b.cfg.DriverName) == claimNotFound {
+			b.stale.await(pv.Spec.ClaimRef.UID, pv.Name)
+		}
+		return
+	}
+	if done(pv, claim) {
+		// Once the informers caught up with the binding, its stale
+		// versions go.
+		b.stale.holds(claim.UID, pv.ResourceVersion, claim.ResourceVersion)
+		return
+	}
+	if skipReason(pv, claim, b.cfg.DriverName) != "" {
 		return
 	}
 	b.queue.Add(pv.Name)
@@ -115,28 +155,51 @@ func (b *Binder) Run(ctx context.Context) {
 }
 
 func (b *Binder) work(ctx context.Context) {
-	for {
-		name, quit := b.queue.Get()
-		if quit {
-			return
-		}
-		err := b.sync(ctx, name)
-		switch {
-		case err == nil:
-			b.queue.Forget(name)
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			// Another writer was first: try again from the informers'
-			// newer copies.
-			klog.FromContext(ctx).V(4).Info("Binding raced another writer; trying again", "pv", name, "err", err)
-			b.queue.AddRateLimited(name)
-		case apierrors.IsForbidden(err):
-			b.refused(ctx, err)
-			b.queue.Forget(name)
-		default:
-			klog.FromContext(ctx).V(2).Info("Binding a claim to its PV failed; the PV controller or a retry will", "pv", name, "err", err)
-			b.queue.AddRateLimited(name)
-		}
-		b.queue.Done(name)
+	for b.processNext(ctx) {
+	}
+}
+
+// processNext binds the next PV of the queue; false once the queue is shut
+// down.
+func (b *Binder) processNext(ctx context.Context) bool {
+	name, quit := b.queue.Get()
+	if quit {
+		return false
+	}
+	defer b.queue.Done(name)
+	err := b.sync(ctx, name)
+	switch {
+	case err == nil:
+		b.queue.Forget(name)
+		b.settled(name)
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		// Another writer was first. The version written against is
+		// stale now (bind noted it): a sync that reads it from the
+		// informers writes nothing, and the informer's next event of
+		// the object queues the PV again. Look once more at once: the
+		// informers may hold the newer copy already.
+		klog.FromContext(ctx).V(4).Info("Binding raced another writer; trying again from the informers' newer copies", "pv", name, "err", err)
+		b.queue.Forget(name)
+		b.queue.Add(name)
+	case apierrors.IsForbidden(err):
+		b.refused(ctx, err)
+		b.queue.Forget(name)
+	default:
+		klog.FromContext(ctx).V(2).Info("Binding a claim to its PV failed; the PV controller or a retry will", "pv", name, "err", err)
+		b.queue.AddRateLimited(name)
+	}
+	return true
+}
+
+// settled forgets the stale versions of the PV named name and its claim
+// once the informers show newer ones.
+func (b *Binder) settled(name string) {
+	pv, err := b.pvs.Get(name)
+	if err != nil || pv.Spec.ClaimRef == nil {
+		return
+	}
+	if claim, err := b.claim(pv); err == nil && claim != nil {
+		b.stale.holds(claim.UID, pv.ResourceVersion, claim.ResourceVersion)
 	}
 }
 
@@ -172,27 +235,54 @@ func (b *Binder) sync(ctx context.Context, name string) error {
 	} else if err != nil {
 		return err
 	}
-	claim, err := b.claims.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
-	if err != nil && !apierrors.IsNotFound(err) {
+	claim, err := b.claim(pv)
+	if err != nil || claim == nil {
 		return err
 	}
-	if claim == nil || skipReason(pv, claim, b.cfg.DriverName) != "" {
+	// The informers may lag behind a write that replaced these copies
+	// (this binder's own, or one it conflicted with): writing from them
+	// would conflict. Their next event queues the PV again.
+	if b.stale.holds(claim.UID, pv.ResourceVersion, claim.ResourceVersion) {
+		return nil
+	}
+	if skipReason(pv, claim, b.cfg.DriverName) != "" {
 		return nil
 	}
 	return b.bind(ctx, pv, claim)
 }
 
+// claim is the claim pv refers to, from the informer; nil when it holds
+// none.
+func (b *Binder) claim(pv *v1.PersistentVolume) (*v1.PersistentVolumeClaim, error) {
+	claim, err := b.claims.PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(pv.Spec.ClaimRef.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return claim, err
+}
+
 // bind writes the PV's status, the claim and the claim's status, in the PV
-// controller's order, each from the copy the previous write returned.
+// controller's order, each from the copy the previous write returned. The
+// versions each write replaced, or found replaced (a conflict), are noted
+// stale.
 func (b *Binder) bind(ctx context.Context, pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(claim), "pv", pv.Name)
 	if next, dirty := volumeStatusBound(pv); dirty {
-		if _, err := b.cfg.Client.CoreV1().PersistentVolumes().UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+		_, err := b.cfg.Client.CoreV1().PersistentVolumes().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		b.noteWritten(claim.UID, pv.Name, err, pv.ResourceVersion, "")
+		if err != nil {
 			return fmt.Errorf("writing PV %q status Bound: %w", pv.Name, err)
+		}
+		// Another writer may have changed the claim meanwhile (the
+		// in-flight record's keeper removes its finalizer once the PV
+		// exists): write from the informer's newest copy.
+		if claim, err = b.fresher(pv, claim); err != nil || claim == nil {
+			return err
 		}
 	}
 	if next, dirty := claimBound(claim, pv); dirty {
 		out, err := b.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, next, metav1.UpdateOptions{})
+		b.noteWritten(claim.UID, pv.Name, err, "", claim.ResourceVersion)
 		if err != nil {
 			return fmt.Errorf("binding claim %s to PV %q: %w", klog.KObj(claim), pv.Name, err)
 		}
@@ -202,9 +292,35 @@ func (b *Binder) bind(ctx context.Context, pv *v1.PersistentVolume, claim *v1.Pe
 	if err != nil || !dirty {
 		return err
 	}
-	if _, err := b.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+	_, err = b.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	b.noteWritten(claim.UID, pv.Name, err, "", claim.ResourceVersion)
+	if err != nil {
 		return fmt.Errorf("writing claim %s status Bound: %w", klog.KObj(claim), err)
 	}
 	logger.V(2).Info("Claim bound to its new PV")
 	return nil
+}
+
+// fresher is the informer's copy of claim when it is newer than claim and
+// still to be bound to pv; claim otherwise; nil when the pair is no longer
+// to be bound.
+func (b *Binder) fresher(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) (*v1.PersistentVolumeClaim, error) {
+	now, err := b.claim(pv)
+	if err != nil || now == nil || now.UID != claim.UID || now.ResourceVersion == claim.ResourceVersion ||
+		b.stale.holds(claim.UID, "", now.ResourceVersion) {
+		return claim, err
+	}
+	if skipReason(pv, now, b.cfg.DriverName) != "" {
+		return nil, nil
+	}
+	return now, nil
+}
+
+// noteWritten notes the PV's or claim's version a write replaced as stale,
+// when the write succeeded or found it replaced or deleted already (a
+// conflict, not found).
+func (b *Binder) noteWritten(claim types.UID, pv string, err error, pvVersion, claimVersion string) {
+	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		b.stale.note(claim, pv, pvVersion, claimVersion)
+	}
 }

@@ -25,9 +25,12 @@
 //	              = PV's volumeAttributesClassName (Pending → Bound only)
 //
 // A conflict (the PV controller, or another writer, changed the object)
-// ends the attempt; the pair is tried again from the informers' newer copy,
-// and every step skips what is already written, so the end state is the
-// same whoever wins. A pair that is not plainly this claim's own new PV
+// ends the attempt; the pair is tried again from the informers' newer copy
+// as soon as they show it (the object's next event queues the PV), and
+// every step skips what is already written, so the end state is the same
+// whoever wins. No write is sent from a copy that a write of the binder
+// replaced or found replaced: the informers' echo of the binder's own
+// writes, which queues the PV again, causes no conflict. A pair that is not plainly this claim's own new PV
 // (another driver's PV, a claim being deleted, a claim of another UID or
 // bound elsewhere, a class or volume mode mismatch, a PV being released)
 // is left to the PV controller.

@@ -18,7 +18,7 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	opts := Options{Sizes: []int{3}, Scenarios: []string{"backlog", "delete", "burst", "wffc", "node"}, Claims: 5, BackgroundClaims: 20, Reps: 1,
-		BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
+		ControllerManagerQPS: fastControllerManagerQPS, BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
 	report, err := Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestBenchNodesSmoke(t *testing.T) {
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	opts := Options{Sizes: []int{20}, Scenarios: []string{"nodes"}, Claims: 50, Instances: 5, NodesCentral: true, Reps: 1,
-		BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
+		ControllerManagerQPS: fastControllerManagerQPS, BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
 	report, err := Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,8 @@ func TestBenchNodesSmoke(t *testing.T) {
 // the ours+bind contender (--bind-through-contender) so that its figures
 // cannot rot: start -> all PVs, the PV controller's mark of each claim, and
 // each claim's status written once, by the PV controller for ours and by
-// one of the two for ours+bind. It asserts no timing.
+// one of the two for ours+bind, with kube-controller-manager at its default
+// API rate limit (Options.ControllerManagerQPS 0). It asserts no timing.
 func TestBenchBindThroughSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
@@ -194,7 +195,8 @@ func TestBenchBindThroughSmoke(t *testing.T) {
 			ours.PVControllerBindPerVolume, ours.Requests["update persistentvolumeclaims/status"])
 	}
 	table := report.Markdown()
-	for _, want := range []string{"| 3 | ours+bind |", "| 3 | ours / ours+bind |", "### Who binds the claims"} {
+	for _, want := range []string{"| 3 | ours+bind |", "| 3 | ours / ours+bind |", "### Who binds the claims",
+		"kube-controller-manager: its default API rate limit"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -74,6 +75,46 @@ func TestParseFlagsBindThroughContender(t *testing.T) {
 			}
 			if o.BindThroughContender != tc.want {
 				t.Errorf("BindThroughContender %v, want %v", o.BindThroughContender, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseFlagsControllerManagerQPS checks kube-controller-manager's API
+// rate limit: its defaults (no flag) with the ours+bind contender, whose
+// figures are who binds the claims at a stock cluster's pace; 2000 without
+// it; and what the table says of it.
+func TestParseFlagsControllerManagerQPS(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		wantQPS   int
+		wantFlags []string
+		wantTable string
+	}{
+		{name: "default", wantQPS: 2000, wantFlags: []string{"--kube-api-qps=2000", "--kube-api-burst=4000"},
+			wantTable: "kube-controller-manager: --kube-api-qps=2000 --kube-api-burst=4000."},
+		{name: "ours+bind", args: []string{"--bind-through-contender"}, wantQPS: 0,
+			wantTable: "kube-controller-manager: its default API rate limit (--kube-api-qps=20 --kube-api-burst=30), as in a stock cluster."},
+		{name: "ours+bind, fast", args: []string{"--bind-through-contender", "--controller-manager-qps=2000"}, wantQPS: 2000,
+			wantFlags: []string{"--kube-api-qps=2000", "--kube-api-burst=4000"}},
+		{name: "defaults asked", args: []string{"--controller-manager-qps=0"}, wantQPS: 0},
+		{name: "another rate", args: []string{"--controller-manager-qps=100"}, wantQPS: 100,
+			wantFlags: []string{"--kube-api-qps=100", "--kube-api-burst=200"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags(append([]string{"--bin-dir="}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.ControllerManagerQPS != tc.wantQPS {
+				t.Errorf("ControllerManagerQPS %d, want %d", o.ControllerManagerQPS, tc.wantQPS)
+			}
+			if got := controllerManagerArgs(o.ControllerManagerQPS); !slices.Equal(got, tc.wantFlags) {
+				t.Errorf("kube-controller-manager's flags %q, want %q", got, tc.wantFlags)
+			}
+			if table := (&Report{Options: o}).Markdown(); !strings.Contains(table, tc.wantTable) {
+				t.Errorf("table lacks %q:\n%s", tc.wantTable, table)
 			}
 		})
 	}

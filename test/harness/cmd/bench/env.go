@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,6 +30,21 @@ const (
 	immediateClass = "bench-immediate"
 	delayedClass   = "bench-wffc"
 )
+
+// fastControllerManagerQPS is kube-controller-manager's --kube-api-qps by
+// default without --bind-through-contender: the PV controller marks, binds
+// and releases every claim, and at its default 20 requests/s it, not the
+// provisioner, would set the pace of every figure.
+const fastControllerManagerQPS = 2000
+
+// controllerManagerArgs are kube-controller-manager's flags for qps
+// (Options.ControllerManagerQPS): none for 0, its defaults.
+func controllerManagerArgs(qps int) []string {
+	if qps == 0 {
+		return nil
+	}
+	return []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(2*qps)}
+}
 
 // env is one size's cluster: a control plane that audits the provisioner's
 // requests, size fake Ready nodes with CSINodes, the mock driver's
@@ -57,10 +73,7 @@ func setUp(ctx context.Context, opts Options, size int) (_ *env, err error) {
 	logger := klog.FromContext(ctx)
 	start := time.Now()
 	c, err := controlplane.Start(ctx, controlplane.Options{RepoRoot: opts.RepoRoot, AuditPolicy: auditPolicy,
-		// The PV controller annotates, binds and releases every claim; at
-		// its default 20 requests/s it, not the provisioner, would set the
-		// pace.
-		ControllerManagerArgs: []string{"--kube-api-qps=2000", "--kube-api-burst=4000"}})
+		ControllerManagerArgs: controllerManagerArgs(opts.ControllerManagerQPS)})
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +172,7 @@ const annStorageProvisioner = "volume.kubernetes.io/storage-provisioner"
 // for the driver, so that a backlog is all there when the provisioner
 // starts.
 func (e *env) waitMarked(ctx context.Context, ns string, n int) error {
-	return e.cluster.WaitFor(ctx, runTimeout, func(ctx context.Context) (bool, error) {
+	return e.cluster.WaitFor(ctx, e.runTimeout(), func(ctx context.Context) (bool, error) {
 		list, err := e.client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, nil

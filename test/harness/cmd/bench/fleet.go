@@ -192,7 +192,7 @@ func (e *env) startInstances(ctx context.Context, binary string, specs []instanc
 	}
 	synced := make([]bool, len(procs))
 	left := len(procs)
-	err := e.cluster.WaitFor(ctx, runTimeout, func(context.Context) (bool, error) {
+	err := e.cluster.WaitFor(ctx, e.runTimeout(), func(context.Context) (bool, error) {
 		for i, p := range procs {
 			if synced[i] {
 				continue

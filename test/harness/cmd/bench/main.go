@@ -65,6 +65,11 @@ type Options struct {
 	// the claims (start -> all PVs, all Bound, all scheduled; the PV
 	// controller's writes).
 	BindThroughContender bool
+	// ControllerManagerQPS is kube-controller-manager's --kube-api-qps
+	// (its --kube-api-burst twice that); 0 runs it at its defaults (20 and
+	// 30), as in a stock cluster. --bind-through-contender makes 0 the
+	// default, 2000 otherwise: see controllerManagerArgs.
+	ControllerManagerQPS int
 	// ProvisionerArgs are extra flags for every provisioner run.
 	ProvisionerArgs []string
 	// Out is the directory of the JSON files and the table.
@@ -104,6 +109,9 @@ func parseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.Compare, "compare", "", "Another csi-provisioner binary to run through the same scenarios, alternating with ours.")
 	fs.BoolVar(&o.BindThroughContender, "bind-through-contender", false, "Also run our csi-provisioner with --bind-through (\""+oursBind+"\") in the backlog, burst and wffc scenarios, "+
 		"alternately with the others, and report who binds the claims: start → all PVs created, all Bound, all pods scheduled, the PV controller's writes per volume.")
+	fs.IntVar(&o.ControllerManagerQPS, "controller-manager-qps", -1, "kube-controller-manager's --kube-api-qps, its --kube-api-burst twice that; 0: its defaults "+
+		"(20 and 30, as in a stock cluster, where its PV controller marks, binds and releases every claim at that pace). "+
+		"Default 0 with --bind-through-contender (who binds the claims is what it measures), else "+strconv.Itoa(fastControllerManagerQPS)+" (so that the PV controller does not set the pace of the other figures).")
 	fs.StringVar(&extra, "provisioner-args", "", "Extra flags for every provisioner run, space-separated.")
 	fs.StringVar(&o.ProfileDir, "profile-dir", "", "Save Go profiles of our provisioner's backlog and node runs here (CPU for 20 s from launch, heap once all claims are Bound; --enable-pprof).")
 	fs.StringVar(&o.Out, "out", "", "Directory for the JSON of each run and table.md (default .cache/bench/<time>).")
@@ -123,6 +131,12 @@ func parseFlags(args []string) (Options, error) {
 			return o, fmt.Errorf("--scenarios: unknown scenario %q (known: %s)", s, strings.Join(allScenarios, ","))
 		}
 		o.Scenarios = append(o.Scenarios, s)
+	}
+	if o.ControllerManagerQPS < 0 {
+		o.ControllerManagerQPS = fastControllerManagerQPS
+		if o.BindThroughContender {
+			o.ControllerManagerQPS = 0
+		}
 	}
 	if o.Claims < 1 || o.Reps < 1 || o.Instances < 1 {
 		return o, errors.New("--claims, --reps and --instances must be positive")

@@ -249,7 +249,7 @@ func (e *env) provisionNodes(ctx context.Context, r *Result, o *observer, f *fle
 		return err
 	}
 	alive := func() error { return exitedOne(all) }
-	if err := o.waitUntil(ctx, runTimeout, alive, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), alive, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
 		return err
 	}
 	after, err := e.sample(ctx, apiserver, etcd, all)

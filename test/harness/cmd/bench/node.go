@@ -214,7 +214,7 @@ func (e *env) createBackground(ctx context.Context) error {
 	}
 	created := time.Since(start)
 	logger.Info("Background created, waiting for the PV controller to bind it", "claims", n, "took", created.Round(time.Second))
-	if err := o.waitUntil(ctx, runTimeout, func() error { return nil }, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), func() error { return nil }, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
 		return fmt.Errorf("binding: %w", err)
 	}
 	logger.Info("Background bound", "claims", n, "created", created.Round(time.Second), "bound", time.Since(start).Round(time.Second))
@@ -300,7 +300,7 @@ func (e *env) runNode(ctx context.Context, contender string, rep int) (Result, e
 	if err != nil {
 		return r, err
 	}
-	if err := o.waitUntil(ctx, runTimeout, l.alive, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), l.alive, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
 		return r, err
 	}
 	e.finishCreate(ctx, &r, o, l, start, created)

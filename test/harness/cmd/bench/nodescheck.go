@@ -136,7 +136,7 @@ func (e *env) cleanUpNodes(ctx context.Context, r *Result, o *observer, f *fleet
 		return err
 	}
 	alive := func() error { return exitedOne(procs) }
-	if err := o.waitUntil(ctx, runTimeout, alive, func(_, gone, _, _ int) bool { return gone >= added }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), alive, func(_, gone, _, _ int) bool { return gone >= added }); err != nil {
 		return fmt.Errorf("cleaning up %s: %w", ns, err)
 	}
 	left := 0

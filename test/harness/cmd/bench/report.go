@@ -87,6 +87,15 @@ var scenarioTitles = map[string]string{
 		"with %d claims of other nodes bound in the cluster; then N claims selected for its node are created at once",
 }
 
+// controllerManagerSetting describes kube-controller-manager's API rate
+// limit of a run.
+func controllerManagerSetting(qps int) string {
+	if qps == 0 {
+		return "its default API rate limit (--kube-api-qps=20 --kube-api-burst=30), as in a stock cluster"
+	}
+	return strings.Join(controllerManagerArgs(qps), " ")
+}
+
 // title is a scenario's heading in the table.
 func (r *Report) title(scenario string) string {
 	if scenario == "node" {
@@ -116,6 +125,7 @@ func (r *Report) Markdown() string {
 	if r.Options.BindThroughContender {
 		b.WriteString(oursBind + ": ours with --bind-through, run alternately with the others (backlog, burst, wffc).\n")
 	}
+	b.WriteString("kube-controller-manager: " + controllerManagerSetting(r.Options.ControllerManagerQPS) + ".\n")
 	groups := r.groups()
 	for _, scenario := range allScenarios {
 		if scenario == "nodes" {

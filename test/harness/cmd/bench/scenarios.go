@@ -17,8 +17,19 @@ import (
 // once its informers have synced and its workers run.
 const syncedLine = "Started provisioner controller"
 
-// runTimeout bounds every wait of a run.
-const runTimeout = 15 * time.Minute
+// baseRunTimeout bounds every wait of a run, with kube-controller-manager
+// at a high API rate (Options.ControllerManagerQPS).
+const baseRunTimeout = 15 * time.Minute
+
+// runTimeout bounds every wait of a run: with kube-controller-manager at
+// its default 20 requests/s, baseRunTimeout plus the time its PV controller
+// takes for four writes per claim (mark, three binding writes).
+func (e *env) runTimeout() time.Duration {
+	if e.opts.ControllerManagerQPS != 0 {
+		return baseRunTimeout
+	}
+	return baseRunTimeout + time.Duration(e.opts.Claims)*4*time.Second/20
+}
 
 // backlogArgs raise the client-side rate limit for the backlog and delete
 // runs so that they measure the provisioner, not its rate limiter (both
@@ -65,7 +76,7 @@ func (e *env) launchWith(ctx context.Context, contender, binary string, o *obser
 		return nil, err
 	}
 	o.setPid(l.proc.Pid())
-	deadline := time.Now().Add(runTimeout)
+	deadline := time.Now().Add(e.runTimeout())
 	for {
 		if found, err := logHas(l.proc.LogPath(), syncedLine); err != nil {
 			return nil, err
@@ -182,9 +193,13 @@ func (e *env) runBacklog(ctx context.Context, contender string, rep int, withDel
 	r := e.newResult("backlog", contender, rep)
 	args := backlogArgs
 	var prof *profiler
-	if contender == ours {
+	if contender == ours || contender == oursBind {
+		name := fmt.Sprintf("backlog-rep%d", rep)
+		if contender == oursBind {
+			name = fmt.Sprintf("backlog-bind-rep%d", rep)
+		}
 		var pargs []string
-		if prof, pargs, err = e.startProfiler(ctx, fmt.Sprintf("backlog-rep%d", rep), 20); err != nil {
+		if prof, pargs, err = e.startProfiler(ctx, name, 20); err != nil {
 			return nil, err
 		}
 		args = append(append([]string(nil), args...), pargs...)
@@ -194,7 +209,7 @@ func (e *env) runBacklog(ctx context.Context, contender string, rep int, withDel
 		return nil, err
 	}
 	defer e.lab.StopProvisioner()
-	if err := o.waitUntil(ctx, runTimeout, l.alive, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), l.alive, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
 		return nil, err
 	}
 	e.finishCreate(ctx, &r, o, l, l.start, created)
@@ -251,7 +266,7 @@ func (e *env) runDelete(ctx context.Context, contender string, rep int, ns strin
 	if err != nil {
 		return r, err
 	}
-	if err := o.waitUntil(ctx, runTimeout, l.alive, func(_, gone, _, _ int) bool { return gone >= n }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), l.alive, func(_, gone, _, _ int) bool { return gone >= n }); err != nil {
 		return r, err
 	}
 	o.mu.Lock()
@@ -301,7 +316,7 @@ func (e *env) runBurst(ctx context.Context, contender string, rep int) (Result, 
 	if err != nil {
 		return r, err
 	}
-	if err := o.waitUntil(ctx, runTimeout, l.alive, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), l.alive, func(_, _, bound, _ int) bool { return bound >= n }); err != nil {
 		return r, err
 	}
 	e.finishCreate(ctx, &r, o, l, start, created)
@@ -316,7 +331,7 @@ func (e *env) cleanUp(ctx context.Context, ns string, o *observer, l *launched) 
 	if _, err := e.deleteClaims(ctx, ns, e.opts.Claims); err != nil {
 		return err
 	}
-	if err := o.waitUntil(ctx, runTimeout, l.alive, func(_, gone, _, _ int) bool { return gone >= added }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), l.alive, func(_, gone, _, _ int) bool { return gone >= added }); err != nil {
 		return fmt.Errorf("cleaning up %s: %w", ns, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Cleaned up", "namespace", ns)

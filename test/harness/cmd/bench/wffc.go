@@ -99,7 +99,7 @@ func (e *env) runWFFCWith(ctx context.Context, contender string, rep int, sched 
 	if err != nil {
 		return r, err
 	}
-	if err := o.waitUntil(ctx, runTimeout, l.alive, func(_, _, bound, scheduled int) bool { return bound >= n && scheduled >= n }); err != nil {
+	if err := o.waitUntil(ctx, e.runTimeout(), l.alive, func(_, _, bound, scheduled int) bool { return bound >= n && scheduled >= n }); err != nil {
 		return r, err
 	}
 	schedEnd, _ := cpuMillis(schedProc.Pid())
@@ -129,7 +129,7 @@ func (e *env) runWFFCWith(ctx context.Context, contender string, rep int, sched 
 // of the delayed class for every zone.
 func (e *env) waitCapacity(ctx context.Context) error {
 	want := len(zonesFor(e.size))
-	return e.cluster.WaitFor(ctx, runTimeout, func(ctx context.Context) (bool, error) {
+	return e.cluster.WaitFor(ctx, e.runTimeout(), func(ctx context.Context) (bool, error) {
 		list, err := e.client.StorageV1().CSIStorageCapacities(lab.CapacityNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
