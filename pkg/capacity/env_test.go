@@ -2,7 +2,6 @@ package capacity
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,10 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
-	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
 const (
@@ -63,45 +60,6 @@ func startMock(t *testing.T, ctx context.Context) (*driver.Driver, csi.Controlle
 	}
 	t.Cleanup(func() { conn.Close() })
 	return d, csi.NewControllerClient(conn)
-}
-
-// feedIndex feeds the Node and CSINode informers' objects to the index, as
-// the provisioner's wiring does, and returns functions that report when
-// each handler has seen the initial list.
-func feedIndex(index *topology.Index, nodes, csiNodes cache.SharedIndexInformer) ([]cache.InformerSynced, error) {
-	nodeReg, err := nodes.AddEventHandler(indexHandler(func(n *v1.Node) { index.UpsertNodeLabels(n.Name, n.Labels) }, index.DeleteNode))
-	if err != nil {
-		return nil, fmt.Errorf("watching nodes: %w", err)
-	}
-	csiNodeReg, err := csiNodes.AddEventHandler(indexHandler(index.UpsertCSINode, index.DeleteCSINode))
-	if err != nil {
-		return nil, fmt.Errorf("watching CSINodes: %w", err)
-	}
-	return []cache.InformerSynced{nodeReg.HasSynced, csiNodeReg.HasSynced}, nil
-}
-
-// indexHandler feeds informer events of one object type to the index.
-func indexHandler[T metav1.Object](upsert func(T), remove func(name string)) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if o, ok := obj.(T); ok {
-				upsert(o)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if o, ok := obj.(T); ok {
-				upsert(o)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if o, ok := obj.(T); ok {
-				remove(o.GetName())
-			}
-		},
-	}
 }
 
 func zoneTopo(zones ...string) []*csi.Topology {

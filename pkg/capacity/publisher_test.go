@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakewatch"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/informercache"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/topology"
 )
 
@@ -209,7 +210,7 @@ func newPublisherEnv(t *testing.T, cfg Config, csiClient Client, objs ...runtime
 	watching := fakewatch.Opened(t, &client.Fake, "storageclasses", "csistoragecapacities")
 	factory := informers.NewSharedInformerFactory(client, 0)
 	index := topology.NewIndex(testDriver)
-	synced, err := feedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
+	synced, err := informercache.FeedIndex(index, factory.Core().V1().Nodes().Informer(), factory.Storage().V1().CSINodes().Informer())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,67 +11,18 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakeclaims"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/nodelabel"
 )
 
 // switchLog is the start of the line that says, once, that claims are
 // written by UPDATE.
 const switchLog = "Claims may not be patched (RBAC)"
-
-// refusal is a 403 of the API server: the authorizer's for verb, or an
-// admission plugin's.
-func refusal(verb string, byAuthorizer bool) error {
-	reason := fmt.Errorf(`User "system:serviceaccount:default:csi-provisioner" cannot %s resource "persistentvolumeclaims" in API group "" in the namespace "apps"`, verb)
-	if !byAuthorizer {
-		reason = errors.New(`admission webhook "policy.example.com" denied the request`)
-	}
-	return apierrors.NewForbidden(v1.Resource("persistentvolumeclaims"), "data", reason)
-}
-
-// claimCalls counts the PATCHes and UPDATEs of claims the fake API server
-// got; refuse, when set, is the answer to every PATCH.
-type claimCalls struct{ patches, updates atomic.Int32 }
-
-func watchClaimWrites(cs *fake.Clientset, refuse error) *claimCalls {
-	calls := &claimCalls{}
-	cs.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		calls.patches.Add(1)
-		return refuse != nil, nil, refuse
-	})
-	cs.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		calls.updates.Add(1)
-		return false, nil, nil
-	})
-	return calls
-}
-
-// enforceResourceVersion makes the fake API server refuse an UPDATE of a
-// claim whose resourceVersion is not the stored one (Conflict), as the real
-// one does, and give each stored claim a new one. conflicts, when set,
-// counts down: while above zero, every UPDATE conflicts.
-func enforceResourceVersion(cs *fake.Clientset, conflicts *atomic.Int32) {
-	cs.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		obj := a.(k8stesting.UpdateAction).GetObject().(*v1.PersistentVolumeClaim)
-		stored, err := cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), obj.Namespace, obj.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		current := stored.(*v1.PersistentVolumeClaim).ResourceVersion
-		if obj.ResourceVersion != current || (conflicts != nil && conflicts.Add(-1) >= 0) {
-			return true, nil, apierrors.NewConflict(v1.Resource("persistentvolumeclaims"), obj.Name, errors.New("the object has been modified"))
-		}
-		n, _ := strconv.Atoi(current)
-		obj.ResourceVersion = strconv.Itoa(n + 1)
-		return false, nil, nil
-	})
-}
 
 // kept gives a claim a finalizer and an annotation of others, which every
 // write must keep.
@@ -103,11 +53,11 @@ func TestClaimWriterFallback(t *testing.T) {
 		wantLogs    int
 	}{
 		{name: "patch allowed", wantPatches: 2},
-		{name: "patch refused by RBAC", refuse: refusal("patch", true), wantPatches: 1, wantUpdates: 4, wantLogs: 1},
-		{name: "update conflicts once", refuse: refusal("patch", true), conflicts: 1, wantPatches: 1, wantUpdates: 5, wantLogs: 1},
-		{name: "update conflicts every time", refuse: refusal("patch", true), conflicts: 100, wantPatches: 1, wantUpdates: 2 * claimUpdateAttempts,
+		{name: "patch refused by RBAC", refuse: fakeclaims.Refusal("patch", true), wantPatches: 1, wantUpdates: 4, wantLogs: 1},
+		{name: "update conflicts once", refuse: fakeclaims.Refusal("patch", true), conflicts: 1, wantPatches: 1, wantUpdates: 5, wantLogs: 1},
+		{name: "update conflicts every time", refuse: fakeclaims.Refusal("patch", true), conflicts: 100, wantPatches: 1, wantUpdates: 2 * claimUpdateAttempts,
 			wantErr: func(err error) bool { return errors.Is(err, ErrClaimKeptChanging) && !apierrors.IsConflict(err) }, wantLogs: 1},
-		{name: "patch refused by admission", refuse: refusal("patch", false), wantPatches: 2,
+		{name: "patch refused by admission", refuse: fakeclaims.Refusal("patch", false), wantPatches: 2,
 			wantErr: apierrors.IsForbidden},
 	}
 	for _, tc := range tests {
@@ -117,8 +67,8 @@ func TestClaimWriterFallback(t *testing.T) {
 			cs := fake.NewClientset(kept(makeClaim("data")).PersistentVolumeClaim)
 			conflicts := &atomic.Int32{}
 			conflicts.Store(tc.conflicts)
-			enforceResourceVersion(cs, conflicts)
-			calls := watchClaimWrites(cs, tc.refuse)
+			fakeclaims.EnforceResourceVersion(cs, conflicts)
+			calls := fakeclaims.WatchWrites(cs, tc.refuse)
 			w := NewClaimWriter(cs.CoreV1())
 			// The cache's claim is one version behind: the first UPDATE
 			// conflicts.
@@ -130,7 +80,7 @@ func TestClaimWriterFallback(t *testing.T) {
 					t.Fatalf("write: %v", err)
 				}
 			}
-			if p, u := calls.patches.Load(), calls.updates.Load(); p != tc.wantPatches || u != tc.wantUpdates {
+			if p, u := calls.Patches.Load(), calls.Updates.Load(); p != tc.wantPatches || u != tc.wantUpdates {
 				t.Errorf("%d PATCHes and %d UPDATEs, want %d and %d", p, u, tc.wantPatches, tc.wantUpdates)
 			}
 			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
@@ -171,9 +121,9 @@ func TestClaimChangeSameByPatchAndUpdate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var results [2]*v1.PersistentVolumeClaim
-			for i, refuse := range []error{nil, refusal("patch", true)} {
+			for i, refuse := range []error{nil, fakeclaims.Refusal("patch", true)} {
 				cs := fake.NewClientset(tc.claim.DeepCopy())
-				watchClaimWrites(cs, refuse)
+				fakeclaims.WatchWrites(cs, refuse)
 				got, err := NewClaimWriter(cs.CoreV1()).Write(klog.NewContext(t.Context(), klog.Background()), tc.claim.DeepCopy(), tc.change)
 				if err != nil {
 					t.Fatal(err)

@@ -2,71 +2,18 @@ package provisioner
 
 import (
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakeclaims"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/inflight"
 )
-
-// refusal is a 403 of the API server: the authorizer's for verb, or an
-// admission plugin's.
-func refusal(verb string, byAuthorizer bool) error {
-	reason := fmt.Errorf(`User "system:serviceaccount:default:csi-provisioner" cannot %s resource "persistentvolumeclaims" in API group "" in the namespace "apps"`, verb)
-	if !byAuthorizer {
-		reason = errors.New(`admission webhook "policy.example.com" denied the request`)
-	}
-	return apierrors.NewForbidden(v1.Resource("persistentvolumeclaims"), "data", reason)
-}
-
-// claimCalls counts the PATCHes and UPDATEs of claims the fake API server
-// got; refuse, when set, is the answer to every PATCH.
-type claimCalls struct{ patches, updates atomic.Int32 }
-
-func watchClaimWrites(cs *fake.Clientset, refuse error) *claimCalls {
-	calls := &claimCalls{}
-	cs.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		calls.patches.Add(1)
-		return refuse != nil, nil, refuse
-	})
-	cs.PrependReactor("update", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		calls.updates.Add(1)
-		return false, nil, nil
-	})
-	return calls
-}
-
-// enforceResourceVersion makes the fake API server refuse an UPDATE of a
-// claim whose resourceVersion is not the stored one (Conflict), as the real
-// one does, and give each stored claim a new one. conflicts, when set,
-// counts down: while above zero, every UPDATE conflicts.
-func enforceResourceVersion(cs *fake.Clientset, conflicts *atomic.Int32) {
-	cs.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		obj := a.(k8stesting.UpdateAction).GetObject().(*v1.PersistentVolumeClaim)
-		stored, err := cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), obj.Namespace, obj.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		current := stored.(*v1.PersistentVolumeClaim).ResourceVersion
-		if obj.ResourceVersion != current || (conflicts != nil && conflicts.Add(-1) >= 0) {
-			return true, nil, apierrors.NewConflict(v1.Resource("persistentvolumeclaims"), obj.Name, errors.New("the object has been modified"))
-		}
-		n, _ := strconv.Atoi(current)
-		obj.ResourceVersion = strconv.Itoa(n + 1)
-		return false, nil, nil
-	})
-}
 
 // kept gives a claim a finalizer and an annotation of others, which every
 // write must keep.
@@ -109,8 +56,8 @@ func TestRecordByUpdateWhenPatchRefused(t *testing.T) {
 				objs = append(objs, tc.inAPI)
 			}
 			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones, objs: objs, records: true})
-			enforceResourceVersion(e.client, nil)
-			calls := watchClaimWrites(e.client, refusal("patch", true))
+			fakeclaims.EnforceResourceVersion(e.client, nil)
+			calls := fakeclaims.WatchWrites(e.client, fakeclaims.Refusal("patch", true))
 			// The library hands Provision the claim of its cache: pending,
 			// at an older version.
 			cached := makePVC("data", "zonal").PersistentVolumeClaim
@@ -119,7 +66,7 @@ func TestRecordByUpdateWhenPatchRefused(t *testing.T) {
 			if got := len(e.csi.creates); got != tc.wantCreates {
 				t.Fatalf("CreateVolume calls = %d, want %d (err %v)", got, tc.wantCreates, err)
 			}
-			if tc.inAPI != nil && calls.updates.Load() == 0 {
+			if tc.inAPI != nil && calls.Updates.Load() == 0 {
 				t.Errorf("no UPDATE of the claim after the PATCH was refused")
 			}
 			if tc.wantCreates == 0 {
@@ -150,8 +97,8 @@ func TestRecordByUpdateWhenPatchRefused(t *testing.T) {
 func TestGuardRescheduleByUpdateWhenPatchRefused(t *testing.T) {
 	e := newEnv(t, envOptions{nodes: threeZones, records: true,
 		objs: []runtime.Object{kept(makePVC("data", "zonal").withRecord().withSelectedNode("n1")).PersistentVolumeClaim}})
-	enforceResourceVersion(e.client, nil)
-	watchClaimWrites(e.client, refusal("patch", true))
+	fakeclaims.EnforceResourceVersion(e.client, nil)
+	fakeclaims.WatchWrites(e.client, fakeclaims.Refusal("patch", true))
 	client := withRecordGuard(e.client, e.p, record.NewFakeRecorder(1))
 	stale := makePVC("data", "zonal").PersistentVolumeClaim
 	stale.ResourceVersion = "1"
