@@ -3,6 +3,7 @@ package bindthrough
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,8 +75,10 @@ func volumeStatusBound(pv *v1.PersistentVolume) (*v1.PersistentVolume, bool) {
 }
 
 // claimBound is claim bound to pv, as the PV controller's
-// bindClaimToVolume writes it; false when nothing changes.
-func claimBound(claim *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) (*v1.PersistentVolumeClaim, bool) {
+// bindClaimToVolume writes it; false when nothing changes. A write that
+// binds also removes the finalizers of drop (Config.DropFinalizers); they
+// alone are no reason to write.
+func claimBound(claim *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, drop []string) (*v1.PersistentVolumeClaim, bool) {
 	out := claim.DeepCopy()
 	dirty := false
 	if claim.Spec.VolumeName != pv.Name {
@@ -91,6 +94,9 @@ func claimBound(claim *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) (*v1.P
 	}
 	if !dirty {
 		return claim, false
+	}
+	if len(drop) > 0 {
+		out.Finalizers = slices.DeleteFunc(out.Finalizers, func(f string) bool { return slices.Contains(drop, f) })
 	}
 	return out, true
 }

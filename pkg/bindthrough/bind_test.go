@@ -289,6 +289,41 @@ func TestBindSkipsWhatIsWritten(t *testing.T) {
 	}
 }
 
+// TestBindDropsTheRecordInTheBindingWrite: the finalizers of
+// Config.DropFinalizers go in the claim's binding write, with no write of
+// their own; other finalizers stay, and a bound claim is not written for
+// them alone.
+func TestBindDropsTheRecordInTheBindingWrite(t *testing.T) {
+	const record = "provisioner.storage.kubernetes.io/volume-leak-protection"
+	claim := makeClaim("a", "fast").with(func(c *v1.PersistentVolumeClaim) {
+		c.Finalizers = []string{"kubernetes.io/pvc-protection", record}
+	}).PersistentVolumeClaim
+	pv := makePV("pv-a", claim).PersistentVolume
+	e := newEnv(t, claim, pv)
+	e.b.cfg.DropFinalizers = []string{record}
+	if err := e.b.sync(e.ctx, "pv-a"); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	want := []string{"update persistentvolumes/status", "update persistentvolumeclaims", "update persistentvolumeclaims/status"}
+	if diff := cmp.Diff(want, e.writes); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	got := e.claim("a")
+	if diff := cmp.Diff([]string{"kubernetes.io/pvc-protection"}, got.Finalizers); diff != "" {
+		t.Errorf("claim finalizers (-want +got):\n%s", diff)
+	}
+	if got.Spec.VolumeName != "pv-a" || got.Status.Phase != v1.ClaimBound {
+		t.Errorf("claim volumeName %q phase %s, want pv-a Bound", got.Spec.VolumeName, got.Status.Phase)
+	}
+
+	// Bound already, the record still there (the keeper's business): no write.
+	bound := got.DeepCopy()
+	bound.Finalizers = append(bound.Finalizers, record)
+	if _, dirty := claimBound(bound, e.pv("pv-a"), []string{record}); dirty {
+		t.Error("claimBound writes a bound claim for its record alone")
+	}
+}
+
 func TestBindQueuesOnlyPairsToBind(t *testing.T) {
 	claim := makeClaim("a", "fast").PersistentVolumeClaim
 	other := makeClaim("b", "fast").PersistentVolumeClaim

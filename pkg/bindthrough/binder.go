@@ -31,6 +31,12 @@ type Config struct {
 	Volumes, Claims cache.SharedIndexInformer
 	// Workers is the number of pairs bound at once. Default 10.
 	Workers int
+	// DropFinalizers are finalizers that the claim's binding write also
+	// removes when the claim carries them: csi-provisioner's in-flight
+	// record, which may go once the claim's PV exists (the PV governs the
+	// volume), so that the record costs no write of its own. Finalizers
+	// not listed stay.
+	DropFinalizers []string
 	// RetryForbidden is how long the binder leaves binding to the PV
 	// controller after the API refused one of its writes (RBAC). Default 1m.
 	RetryForbidden time.Duration
@@ -274,13 +280,13 @@ func (b *Binder) bind(ctx context.Context, pv *v1.PersistentVolume, claim *v1.Pe
 			return fmt.Errorf("writing PV %q status Bound: %w", pv.Name, err)
 		}
 		// Another writer may have changed the claim meanwhile (the
-		// in-flight record's keeper removes its finalizer once the PV
-		// exists): write from the informer's newest copy.
+		// in-flight record's keeper, when it did not leave the record's
+		// removal to this write): write from the informer's newest copy.
 		if claim, err = b.fresher(pv, claim); err != nil || claim == nil {
 			return err
 		}
 	}
-	if next, dirty := claimBound(claim, pv); dirty {
+	if next, dirty := claimBound(claim, pv, b.cfg.DropFinalizers); dirty {
 		out, err := b.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, next, metav1.UpdateOptions{})
 		b.noteWritten(claim.UID, pv.Name, err, "", claim.ResourceVersion)
 		if err != nil {

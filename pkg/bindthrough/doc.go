@@ -19,7 +19,10 @@
 //	PV status     phase Bound, message ""
 //	claim         spec.volumeName = PV's name, annotations
 //	              pv.kubernetes.io/bound-by-controller: "yes" (when it sets
-//	              volumeName) and pv.kubernetes.io/bind-completed: "yes"
+//	              volumeName) and pv.kubernetes.io/bind-completed: "yes";
+//	              in the same write, the finalizers of Config.DropFinalizers
+//	              (csi-provisioner's in-flight record, which may go once the
+//	              PV exists) are removed, which the PV controller never does
 //	claim status  phase Bound, accessModes = PV's, capacity = PV's (only
 //	              when the claim becomes Bound), currentVolumeAttributesClassName
 //	              = PV's volumeAttributesClassName (Pending → Bound only)

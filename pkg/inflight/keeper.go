@@ -78,10 +78,18 @@ type KeeperConfig struct {
 	Metrics metrics.KubeRegistry
 	// DriverName is the driver whose claims RemoveAll looks at.
 	DriverName string
+	// BinderGrace, when above 0, leaves the record of a live claim that is
+	// not bound yet to bind-through (pkg/bindthrough, whose claim write
+	// removes it in the same request that binds the claim) for up to this
+	// long after its PV's creation; then, or as soon as the claim is bound
+	// without it going, the keeper removes it. 0: the keeper removes it as
+	// soon as the PV is in the informer.
+	BinderGrace time.Duration
 }
 
 // Keeper clears in-flight records: a claim that carries Finalizer has it
-// removed as soon as the informer shows a PV for it (the PV governs the
+// removed as soon as the informer shows a PV for it (or, with
+// KeeperConfig.BinderGrace, by bind-through's binding write; the PV governs the
 // volume, and upstream external-provisioner, which never removes the
 // finalizer, can take over after a rollback), and a claim being deleted
 // without a PV once the volume of its name is deleted (Volumes.Clear). It
@@ -98,6 +106,7 @@ type Keeper struct {
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	metrics  *keeperMetrics
 	driver   string
+	grace    time.Duration
 
 	mu   sync.Mutex
 	open map[types.UID]bool
@@ -119,12 +128,16 @@ func NewKeeper(cfg KeeperConfig) (*Keeper, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](time.Second, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "inflightrecords"}),
 		metrics:  newKeeperMetrics(cfg.Metrics),
+		grace:    cfg.BinderGrace,
 		open:     map[types.UID]bool{},
 		released: map[types.UID]bool{},
 	}
 	if _, err := cfg.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { k.observe(obj) },
-		UpdateFunc: func(_, obj any) { k.observe(obj) },
+		AddFunc: func(obj any) { k.observe(obj) },
+		UpdateFunc: func(old, obj any) {
+			k.countRemovedByBinder(old, obj)
+			k.observe(obj)
+		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -157,6 +170,24 @@ func (k *Keeper) observe(obj any) {
 	}
 	if has && (c.DeletionTimestamp != nil || k.pvShown(c)) {
 		k.queue.Add(cache.MetaObjectToName(c))
+	}
+}
+
+// countRemovedByBinder counts a record that went from a live claim in the
+// write that bound it (bind-through, see KeeperConfig.BinderGrace), not by
+// the keeper, as cleared with OutcomePVExists.
+func (k *Keeper) countRemovedByBinder(oldObj, obj any) {
+	old, ok1 := oldObj.(*v1.PersistentVolumeClaim)
+	c, ok2 := obj.(*v1.PersistentVolumeClaim)
+	if !ok1 || !ok2 || !HasFinalizer(old) || HasFinalizer(c) || c.DeletionTimestamp != nil || c.Spec.VolumeName == "" ||
+		!k.records.owns(c) {
+		return
+	}
+	k.mu.Lock()
+	mine := k.released[c.UID]
+	k.mu.Unlock()
+	if !mine {
+		k.metrics.clearedOne(OutcomePVExists)
 	}
 }
 
@@ -304,7 +335,14 @@ func (k *Keeper) sync(ctx context.Context, key cache.ObjectName) error {
 	if claim.DeletionTimestamp == nil {
 		// A live claim: its record goes once its PV exists; until then
 		// it is open and stays.
-		if !k.pvShown(claim) || !k.markReleased(claim.UID) {
+		if !k.pvShown(claim) {
+			return nil
+		}
+		if wait := k.binderWait(claim); wait > 0 {
+			k.queue.AddAfter(key, wait)
+			return nil
+		}
+		if !k.markReleased(claim.UID) {
 			return nil
 		}
 		// Marked before the PATCH: the informer's event of the
@@ -341,6 +379,25 @@ func (k *Keeper) sync(ctx context.Context, key cache.ObjectName) error {
 			"Volume %q may remain in the driver without a PV: %s. Check the storage system and delete it there if it exists", name, detail)
 	}
 	return k.release(ctx, claim, outcome)
+}
+
+// binderWait is how long the record of a live claim whose PV exists is
+// left to bind-through's claim write (KeeperConfig.BinderGrace): the rest of
+// the grace from its PV's creation while the claim is not bound; 0 when the
+// keeper removes it now.
+func (k *Keeper) binderWait(claim *v1.PersistentVolumeClaim) time.Duration {
+	if k.grace <= 0 || claim.Spec.VolumeName != "" {
+		return 0
+	}
+	var oldest time.Time
+	for _, pv := range k.pvs.Of(claim.UID) {
+		if t := pv.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	// CreationTimestamp is the API server's clock, in whole seconds: a
+	// skew only moves the keeper's removal, never the claim's safety.
+	return max(0, k.grace-time.Since(oldest))
 }
 
 // hasPV reports whether the claim's volume is governed by a PV: the claim

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/fakewatch"
@@ -33,6 +35,13 @@ type keeperEnv struct {
 
 func newKeeperEnv(t *testing.T, volumes *fakeVolumes, objs ...runtime.Object) *keeperEnv {
 	t.Helper()
+	return newKeeperEnvWith(t, nil, volumes, objs...)
+}
+
+// newKeeperEnvWith is newKeeperEnv with edit applied to the keeper's
+// configuration (when not nil).
+func newKeeperEnvWith(t *testing.T, edit func(*KeeperConfig), volumes *fakeVolumes, objs ...runtime.Object) *keeperEnv {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
@@ -43,8 +52,12 @@ func newKeeperEnv(t *testing.T, volumes *fakeVolumes, objs ...runtime.Object) *k
 	pvs := factory.Core().V1().PersistentVolumes().Informer()
 	records := NewRecords(Config{Claims: client.CoreV1()})
 	events := record.NewFakeRecorder(10)
-	k, err := NewKeeper(KeeperConfig{Records: records, Volumes: volumes, Claims: claims, ClaimVolumes: storePVs{pvs},
-		Recorder: events, DriverName: "test.csi.example.com"})
+	cfg := KeeperConfig{Records: records, Volumes: volumes, Claims: claims, ClaimVolumes: storePVs{pvs},
+		Recorder: events, DriverName: "test.csi.example.com"}
+	if edit != nil {
+		edit(&cfg)
+	}
+	k, err := NewKeeper(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,5 +171,103 @@ func TestRecordKeeperQueuesClaimWithPV(t *testing.T) {
 	}
 	if n := e.volumes.count(); n != 1 {
 		t.Errorf("driver has %d volumes, want the claim's volume kept", n)
+	}
+}
+
+// TestRecordKeeperLeavesTheRecordToTheBinder: with BinderGrace, the record
+// of a live claim that is not bound yet stays for bind-through's binding
+// write until the grace from its PV's creation ends, and the claim comes
+// back to the keeper then; a bound claim's, and any claim's after the
+// grace, goes at once.
+func TestRecordKeeperLeavesTheRecordToTheBinder(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	boundClaim := makeClaim("data").withRecord().PersistentVolumeClaim
+	boundClaim.Spec.VolumeName = "pvc-uid-data"
+	tests := []struct {
+		name       string
+		claim      *v1.PersistentVolumeClaim
+		pvAge      time.Duration
+		wantRecord bool
+	}{
+		{name: "unbound, PV just created: left to the binder", claim: makeClaim("data").withRecord().PersistentVolumeClaim,
+			wantRecord: true},
+		{name: "unbound, PV older than the grace: removed", claim: makeClaim("data").withRecord().PersistentVolumeClaim,
+			pvAge: time.Minute},
+		{name: "bound by the PV controller, PV just created: removed", claim: boundClaim},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pv := pvOf("pvc-uid-data", "data", "uid-data")
+			pv.CreationTimestamp = metav1.NewTime(time.Now().Add(-tc.pvAge))
+			e := newKeeperEnvWith(t, func(c *KeeperConfig) { c.BinderGrace = grace }, newFakeVolumes("pvc-uid-data"), tc.claim, pv)
+			// Drop what the informers' add events queued.
+			for e.keeper.queue.Len() > 0 {
+				key, _ := e.keeper.queue.Get()
+				e.keeper.queue.Done(key)
+			}
+			e.client.ClearActions()
+			if err := e.keeper.sync(e.ctx, cache.ObjectName{Namespace: "apps", Name: "data"}); err != nil {
+				t.Fatalf("sync: %v", err)
+			}
+			if got := HasFinalizer(e.claim(t, "data")); got != tc.wantRecord {
+				t.Fatalf("record present %t, want %t", got, tc.wantRecord)
+			}
+			if !tc.wantRecord {
+				return
+			}
+			for _, a := range e.client.Actions() {
+				if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+					t.Errorf("%s %s while the record is left to the binder, want no write", v, a.GetResource().Resource)
+				}
+			}
+			// The claim comes back when the grace ends (no informer event
+			// comes any more), and the keeper removes the record the
+			// binder did not, not before.
+			if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				if e.keeper.queue.Len() > 0 {
+					e.keeper.next(e.ctx)
+				}
+				return !HasFinalizer(e.claim(t, "data")), nil
+			}); err != nil {
+				t.Fatalf("the record stays after the grace: %v", err)
+			}
+			if age := time.Since(pv.CreationTimestamp.Time); age < grace {
+				t.Errorf("record removed %v after the PV's creation, before the grace of %v", age, grace)
+			}
+		})
+	}
+}
+
+// TestRecordKeeperCountsTheBindersRemoval: a record that went in the write
+// that bound the claim counts as cleared with a PV; one the keeper removed
+// itself is counted once, by the keeper.
+func TestRecordKeeperCountsTheBindersRemoval(t *testing.T) {
+	reg := metrics.NewKubeRegistry()
+	e := newKeeperEnvWith(t, func(c *KeeperConfig) { c.Metrics = reg }, newFakeVolumes())
+	cleared := func() float64 {
+		v, err := testutil.GetCounterMetricValue(e.keeper.metrics.cleared.WithLabelValues(string(OutcomePVExists)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	unbound := makeClaim("data").withRecord().PersistentVolumeClaim
+	bound := unbound.DeepCopy()
+	bound.Spec.VolumeName = "pvc-uid-data"
+	bound.Finalizers = nil
+	e.keeper.countRemovedByBinder(unbound, bound)
+	if got := cleared(); got != 1 {
+		t.Fatalf("cleared after the binder's write = %v, want 1", got)
+	}
+	// The keeper's own removal (marked released before its PATCH) is not
+	// counted again from the informer's event.
+	e.keeper.markReleased(bound.UID)
+	e.keeper.countRemovedByBinder(unbound, bound)
+	// Nor a claim that is not bound, nor one being deleted.
+	notBound := unbound.DeepCopy()
+	notBound.Finalizers = nil
+	e.keeper.countRemovedByBinder(unbound, notBound)
+	if got := cleared(); got != 1 {
+		t.Errorf("cleared = %v, want still 1", got)
 	}
 }

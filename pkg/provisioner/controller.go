@@ -199,7 +199,8 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	var keeper *inflight.Keeper
 	if p.records != nil {
 		var recorder record.EventRecorder
-		if keeper, recorder, err = newRecordKeeper(ctx, p, inf.claims, deps.ClaimVolumes, clients.Events, cfg.Metrics); err != nil {
+		if keeper, recorder, err = newRecordKeeper(ctx, p, inf.claims, deps.ClaimVolumes, clients.Events, cfg.Metrics,
+			recordGrace(cfg)); err != nil {
 			return nil, err
 		}
 		libClient = withRecordGuard(libClient, p, recorder)
@@ -221,7 +222,7 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 	opts := append(libraryOptions(cfg, inf, libClaims, libVolumes, deps.Retries), p.migration.libraryOptions(klog.FromContext(ctx))...)
 	lib := controller.NewProvisionController(klog.FromContext(ctx), WithEventSink(libClient, clients.Events, deps.Decisions),
 		cfg.Provisioner.DriverName, p, opts...)
-	binder, err := newBinder(cfg, clients, inf)
+	binder, err := newBinder(cfg, clients, inf, p.records != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -236,13 +237,36 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 
 // withDefaults fills the clients left nil with Work.
 // newBinder is the binder of cfg.BindThrough, on the controller's informers
-// of claims and PVs (nil without it).
-func newBinder(cfg ControllerConfig, clients Clients, inf controllerInformers) (*bindthrough.Binder, error) {
+// of claims and PVs (nil without it). With the in-flight record (records),
+// the binding write of a claim also removes its record, which the keeper
+// leaves to it for bindThroughRecordGrace (recordGrace): one write per
+// volume less than the record's own removal.
+func newBinder(cfg ControllerConfig, clients Clients, inf controllerInformers, records bool) (*bindthrough.Binder, error) {
 	if !cfg.BindThrough {
 		return nil, nil
 	}
+	var drop []string
+	if records {
+		drop = []string{inflight.Finalizer}
+	}
 	return bindthrough.New(bindthrough.Config{DriverName: cfg.Provisioner.DriverName, Client: clients.Binding,
-		Volumes: inf.volumes, Claims: inf.claims, Workers: cfg.WorkerThreads})
+		Volumes: inf.volumes, Claims: inf.claims, Workers: cfg.WorkerThreads, DropFinalizers: drop})
+}
+
+// bindThroughRecordGrace is how long, after a claim's PV is created, the
+// in-flight record keeper leaves the record of a claim that is not bound
+// yet to bind-through's binding write (inflight.KeeperConfig.BinderGrace).
+// Past it (the binder lags, or RBAC refuses it), the keeper removes the
+// record itself, at the cost of one more write.
+const bindThroughRecordGrace = 30 * time.Second
+
+// recordGrace is the keeper's BinderGrace for cfg: bindThroughRecordGrace
+// with bind-through, else 0.
+func recordGrace(cfg ControllerConfig) time.Duration {
+	if cfg.BindThrough {
+		return bindThroughRecordGrace
+	}
+	return 0
 }
 
 func (c Clients) withDefaults() Clients {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
@@ -206,14 +207,15 @@ func (p *Provisioner) deleteInFlight(ctx context.Context, uid types.UID, name st
 
 // newRecordKeeper is the in-flight record's keeper of p (whose record must
 // be on), on the claim informer and the PV index, with its Events posted
-// through events; the recorder is returned for the library's guard.
+// through events; the recorder is returned for the library's guard. grace
+// is its inflight.KeeperConfig.BinderGrace.
 func newRecordKeeper(ctx context.Context, p *Provisioner, claims cache.SharedIndexInformer, pvs inflight.ClaimVolumes,
-	events kubernetes.Interface, reg metrics.KubeRegistry) (*inflight.Keeper, record.EventRecorder, error) {
+	events kubernetes.Interface, reg metrics.KubeRegistry, grace time.Duration) (*inflight.Keeper, record.EventRecorder, error) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: contract.InFlightEventComponent})
 	k, err := inflight.NewKeeper(inflight.KeeperConfig{Records: p.records, Volumes: recordVolumes{p}, Claims: claims,
-		ClaimVolumes: pvs, Recorder: recorder, Metrics: reg, DriverName: p.cfg.DriverName})
+		ClaimVolumes: pvs, Recorder: recorder, Metrics: reg, DriverName: p.cfg.DriverName, BinderGrace: grace})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -86,7 +86,7 @@ func newResidueKeeper(ctx context.Context, cfg ControllerConfig, clients Clients
 	if err != nil {
 		return nil, err
 	}
-	k, _, err := newRecordKeeper(ctx, p, claims, volumes, events, nil)
+	k, _, err := newRecordKeeper(ctx, p, claims, volumes, events, nil, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -192,7 +192,7 @@ func startRecordKeeper(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, _, err := newRecordKeeper(ctx, e.p, factory.Core().V1().PersistentVolumeClaims().Informer(), volumes, e.client, nil)
+	k, _, err := newRecordKeeper(ctx, e.p, factory.Core().V1().PersistentVolumeClaims().Informer(), volumes, e.client, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

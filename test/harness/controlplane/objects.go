@@ -70,7 +70,8 @@ func (c *Cluster) CreateNode(ctx context.Context, name string, labels map[string
 }
 
 // ServiceAccountKubeconfig creates the ServiceAccount if missing, requests a
-// one-hour token for it and writes a kubeconfig that uses it.
+// token for it, valid for a day (a 5 000-claim bench with three contenders
+// outlives an hour's), and writes a kubeconfig that uses it.
 func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
@@ -79,7 +80,7 @@ func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name 
 		return "", err
 	}
 	tr, err := c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authv1.TokenRequest{
-		Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(time.Hour / time.Second))},
+		Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * time.Hour / time.Second))},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("token for %s/%s: %w", namespace, name, err)
