@@ -8,7 +8,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -20,7 +19,8 @@ import (
 // no attach/detach controller; fsGroupPolicy File: kubelet gives a pod's
 // fsGroup the volume, which the mock creates as root with mode 0750), and a
 // PV of the mock with volume handle id
-// pre-bound to a PVC of the same name in namespace default, and the PVC.
+// pre-bound to a PVC of the same name in namespace default, and the PVC
+// (createMockClaim).
 func createStaticVolume(ctx context.Context, t *testing.T, id string) {
 	t.Helper()
 	csiDriver := &storagev1.CSIDriver{
@@ -33,32 +33,7 @@ func createStaticVolume(ctx context.Context, t *testing.T, id string) {
 	t.Cleanup(func() {
 		_ = cluster.Client.StorageV1().CSIDrivers().Delete(ctx, csiDriver.Name, metav1.DeleteOptions{})
 	})
-	size := resource.MustParse("1Gi")
-	pv := &v1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: id},
-		Spec: v1.PersistentVolumeSpec{
-			Capacity:                      v1.ResourceList{v1.ResourceStorage: size},
-			AccessModes:                   []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain,
-			ClaimRef:                      &v1.ObjectReference{Namespace: "default", Name: id},
-			PersistentVolumeSource:        v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver.DefaultName, VolumeHandle: id}},
-		},
-	}
-	pvc := &v1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "default"},
-		Spec: v1.PersistentVolumeClaimSpec{
-			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-			StorageClassName: ptr.To(""),
-			VolumeName:       id,
-			Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: size}},
-		},
-	}
-	if _, err := cluster.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cluster.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createMockClaim(ctx, t, id)
 }
 
 // TestRealNodePodWritesCSIVolume runs a pod with a volume of the mock

@@ -110,7 +110,6 @@ func withoutModuleLine(gomod []byte) []byte {
 // complete build is cached in ControlPlaneDir (same nested module, same Go). Concurrent callers (test
 // packages run in parallel) wait for each other on a file lock.
 func BuildControlPlane(ctx context.Context, repoRoot string) (Binaries, error) {
-	logger := klog.FromContext(ctx)
 	modDir := filepath.Join(repoRoot, "test", "harness", "controlplane", "k8s")
 	dir, err := ControlPlaneDir(repoRoot)
 	if err != nil {
@@ -122,27 +121,12 @@ func BuildControlPlane(ctx context.Context, repoRoot string) (Binaries, error) {
 		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
 		Scheduler:         filepath.Join(dir, "kube-scheduler"),
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Binaries{}, err
-	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"), "the control plane")
+	err = CachedBuild(ctx, dir, "the control plane",
+		"Building the control plane (cached afterwards; about 5 minutes on 2 cores when the Kubernetes libraries are not compiled yet)",
+		func() error { return goBuildWithProgress(ctx, "the control plane", modDir, dir, controlPlaneTargets) })
 	if err != nil {
 		return Binaries{}, err
 	}
-	defer unlock()
-	stamp := filepath.Join(dir, ".complete")
-	if _, err := os.Stat(stamp); err == nil {
-		return bins, nil
-	}
-	start := time.Now()
-	logger.Info("Building the control plane (cached afterwards; about 5 minutes on 2 cores when the Kubernetes libraries are not compiled yet)", "dir", dir)
-	if err := goBuildWithProgress(ctx, "the control plane", modDir, dir, controlPlaneTargets); err != nil {
-		return Binaries{}, fmt.Errorf("building the control plane: %w", err)
-	}
-	if err := os.WriteFile(stamp, nil, 0o644); err != nil {
-		return Binaries{}, err
-	}
-	logger.Info("Built the control plane", "duration", time.Since(start).Round(time.Second))
 	return bins, nil
 }
 
@@ -275,6 +259,37 @@ func linkBuilt(dir, outDir string, pkgs []string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// CachedBuild runs build once per cache directory dir: it makes dir, takes
+// its lock (concurrent callers wait for each other, and say so), and
+// returns at once when a complete build is stamped there; else it logs
+// start (what the build is and how long it takes), runs build, stamps dir
+// complete and logs the duration. what names the build in messages.
+func CachedBuild(ctx context.Context, dir, what, start string, build func() error) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"), what)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	stamp := filepath.Join(dir, ".complete")
+	if _, err := os.Stat(stamp); err == nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	began := time.Now()
+	logger.Info(start, "dir", dir)
+	if err := build(); err != nil {
+		return fmt.Errorf("building %s: %w", what, err)
+	}
+	if err := os.WriteFile(stamp, nil, 0o644); err != nil {
+		return err
+	}
+	logger.Info("Built "+what, "duration", time.Since(began).Round(time.Second))
 	return nil
 }
 

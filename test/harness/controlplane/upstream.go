@@ -10,9 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // The upstream sidecar that ours replaces, as a vendor runs it: the
@@ -58,39 +55,25 @@ func UpstreamDir(repoRoot string) string {
 // go.mod and go.sum pin its dependencies, so the binary is upstream's
 // release, not a rebuild against our versions.
 func BuildUpstream(ctx context.Context, repoRoot string) (Upstream, error) {
-	logger := klog.FromContext(ctx)
 	dir := UpstreamDir(repoRoot)
 	up := Upstream{Provisioner: filepath.Join(dir, "csi-provisioner"), SourceDir: filepath.Join(dir, "src")}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Upstream{}, err
-	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"), "upstream external-provisioner")
+	err := CachedBuild(ctx, dir, "upstream external-provisioner",
+		fmt.Sprintf("Building upstream external-provisioner %s %s (cached afterwards; about 3 minutes on 2 cores)",
+			UpstreamProvisionerModule, UpstreamProvisionerVersion),
+		func() error {
+			modDir, err := downloadModule(ctx, UpstreamProvisionerModule+"@"+UpstreamProvisionerVersion)
+			if err != nil {
+				return err
+			}
+			_ = os.RemoveAll(up.SourceDir)
+			if err := copyWritable(modDir, up.SourceDir); err != nil {
+				return fmt.Errorf("copying %s: %w", modDir, err)
+			}
+			return goBuildWithProgress(ctx, "upstream external-provisioner", up.SourceDir, dir, []string{"./cmd/csi-provisioner"})
+		})
 	if err != nil {
 		return Upstream{}, err
 	}
-	defer unlock()
-	stamp := filepath.Join(dir, ".complete")
-	if _, err := os.Stat(stamp); err == nil {
-		return up, nil
-	}
-	start := time.Now()
-	logger.Info("Building upstream external-provisioner (cached afterwards; about 3 minutes on 2 cores)",
-		"module", UpstreamProvisionerModule, "version", UpstreamProvisionerVersion, "dir", dir)
-	modDir, err := downloadModule(ctx, UpstreamProvisionerModule+"@"+UpstreamProvisionerVersion)
-	if err != nil {
-		return Upstream{}, err
-	}
-	_ = os.RemoveAll(up.SourceDir)
-	if err := copyWritable(modDir, up.SourceDir); err != nil {
-		return Upstream{}, fmt.Errorf("copying %s: %w", modDir, err)
-	}
-	if err := goBuildWithProgress(ctx, "upstream external-provisioner", up.SourceDir, dir, []string{"./cmd/csi-provisioner"}); err != nil {
-		return Upstream{}, fmt.Errorf("building upstream external-provisioner: %w", err)
-	}
-	if err := os.WriteFile(stamp, nil, 0o644); err != nil {
-		return Upstream{}, err
-	}
-	logger.Info("Built upstream external-provisioner", "duration", time.Since(start).Round(time.Second))
 	return up, nil
 }
 

@@ -68,37 +68,30 @@ func BuildBinaries(ctx context.Context, repoRoot string) (Binaries, error) {
 		Ctr:        filepath.Join(dir, "ctr"),
 		CNIDir:     filepath.Join(dir, "cni"),
 	}
-	if err := os.MkdirAll(bins.CNIDir, 0o755); err != nil {
-		return Binaries{}, err
-	}
-	unlock, err := controlplane.LockFile(ctx, filepath.Join(dir, ".lock"), "the real nodes' binaries")
+	err = controlplane.CachedBuild(ctx, dir, "the node binaries", "Building kubelet, containerd and the CNI plugins (cached afterwards)",
+		func() error {
+			if err := os.MkdirAll(bins.CNIDir, 0o755); err != nil {
+				return err
+			}
+			start := time.Now()
+			steps := []struct {
+				what, mod, out, tags string
+				targets              []string
+			}{
+				{"kubelet", "test/harness/controlplane/k8s", dir, "", kubeletTargets},
+				{"containerd", runtimeModule, dir, runtimeTags, runtimeTargets},
+				{"the CNI plugins", runtimeModule, bins.CNIDir, "", cniTargets},
+			}
+			for _, s := range steps {
+				if err := controlplane.GoBuildWithProgress(ctx, s.what, filepath.Join(repoRoot, s.mod), s.out, s.tags, s.targets); err != nil {
+					return fmt.Errorf("%s: %w", s.what, err)
+				}
+				logger.Info("Built "+s.what, "sinceStart", time.Since(start).Round(time.Second))
+			}
+			return nil
+		})
 	if err != nil {
 		return Binaries{}, err
 	}
-	defer unlock()
-	stamp := filepath.Join(dir, ".complete")
-	if _, err := os.Stat(stamp); err == nil {
-		return bins, nil
-	}
-	start := time.Now()
-	logger.Info("Building kubelet, containerd and the CNI plugins (cached afterwards)", "dir", dir)
-	steps := []struct {
-		what, mod, out, tags string
-		targets              []string
-	}{
-		{"kubelet", "test/harness/controlplane/k8s", dir, "", kubeletTargets},
-		{"containerd", runtimeModule, dir, runtimeTags, runtimeTargets},
-		{"the CNI plugins", runtimeModule, bins.CNIDir, "", cniTargets},
-	}
-	for _, s := range steps {
-		if err := controlplane.GoBuildWithProgress(ctx, s.what, filepath.Join(repoRoot, s.mod), s.out, s.tags, s.targets); err != nil {
-			return Binaries{}, fmt.Errorf("building %s: %w", s.what, err)
-		}
-		logger.Info("Built "+s.what, "sinceStart", time.Since(start).Round(time.Second))
-	}
-	if err := os.WriteFile(stamp, nil, 0o644); err != nil {
-		return Binaries{}, err
-	}
-	logger.Info("Built the node binaries", "duration", time.Since(start).Round(time.Second))
 	return bins, nil
 }
