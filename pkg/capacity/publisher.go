@@ -184,8 +184,10 @@ func (p *Publisher) sync(ctx context.Context, only string, asked uint64) ([]*sto
 	if err != nil {
 		return nil, err
 	}
+	known := false
 	for _, keys := range p.index.KeySets() {
 		for _, seg := range p.index.Segments(keys) {
+			known = true
 			if only != "" && seg.String() != only {
 				continue
 			}
@@ -200,7 +202,17 @@ func (p *Publisher) sync(ctx context.Context, only string, asked uint64) ([]*sto
 			}
 		}
 	}
-	have, err := p.existing(ctx, func(k capacityKey) bool { _, ok := desired[k]; return ok }, only == "")
+	// With no segment known, nothing is pruned: that is what the topology
+	// looks like while the driver is between two registrations (kubelet
+	// removes the driver's CSINode entry when its registration socket goes,
+	// e.g. during a rolling restart of the node DaemonSet, and a node
+	// deployment's instance sees only its own node), not a cluster the
+	// driver left. Objects of a segment no node has are harmless.
+	prune := only == "" && known
+	if only == "" && !known {
+		klog.FromContext(ctx).V(2).Info("No topology segment of the driver known: keeping the capacity objects until one is")
+	}
+	have, err := p.existing(ctx, func(k capacityKey) bool { _, ok := desired[k]; return ok }, prune)
 	if err != nil {
 		return nil, err
 	}

@@ -316,3 +316,72 @@ func TestCapacityRefreshCoalesces(t *testing.T) {
 		t.Errorf("z1 capacity = %d, want %d", got, 3*gi)
 	}
 }
+
+// TestCapacityKeptWhileNoSegmentIsKnown: while the driver is registered on
+// no node the publisher sees (kubelet removed its CSINode entry: the driver
+// is between two registrations, as in a rolling restart of the node
+// DaemonSet), a full sync deletes no object; once a segment is known
+// again, its object is the same one, and the objects of segments still
+// unknown go.
+func TestCapacityKeptWhileNoSegmentIsKnown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	_, csiClient := startMock(t, ctx)
+	pe := newPublisherEnv(t, Config{}, csiClient, makeClass("wffc").StorageClass,
+		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey))
+	var deletes atomic.Int32
+	pe.client.PrependReactor("delete", "csistoragecapacities", func(k8stesting.Action) (bool, runtime.Object, error) {
+		deletes.Add(1)
+		return false, nil, nil
+	})
+	pe.start(ctx, t)
+	if err := pe.p.Sync(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	before := capacities(t, ctx, pe.client, "wffc")
+	if len(before) != 2 {
+		t.Fatalf("capacities %v, want z1 and z2", before)
+	}
+	// kubelet deregisters the driver on both nodes.
+	setDriver := func(node string, registered bool) {
+		t.Helper()
+		c := makeCSINode(node, zoneKey)
+		if !registered {
+			c.Spec.Drivers = nil
+		}
+		if _, err := pe.client.StorageV1().CSINodes().Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setDriver("n1", false)
+	setDriver("n2", false)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(pe.index.KeySets()) == 0, nil
+	}); err != nil {
+		t.Fatalf("the index still knows key sets %v", pe.index.KeySets())
+	}
+	if err := pe.p.Sync(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := deletes.Load(); n != 0 {
+		t.Errorf("%d capacity objects deleted while no segment was known, want 0", n)
+	}
+	if got := capacities(t, ctx, pe.client, "wffc"); len(got) != 2 {
+		t.Errorf("capacities %v while no segment is known, want both kept", got)
+	}
+	// n1's driver registers again: z1's object is kept, z2's goes.
+	setDriver("n1", true)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(pe.index.KeySets()) == 1, nil
+	}); err != nil {
+		t.Fatal("the index did not learn n1's keys again")
+	}
+	if err := pe.p.Sync(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := deletes.Load(); n != 1 {
+		t.Errorf("%d capacity objects deleted once z1 was known again, want 1 (z2's)", n)
+	}
+	if got := capacities(t, ctx, pe.client, "wffc"); len(got) != 1 || got["z1"] == 0 {
+		t.Errorf("capacities %v, want z1's alone", got)
+	}
+}
