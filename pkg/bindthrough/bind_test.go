@@ -533,6 +533,63 @@ func TestBindRetriesAConflictOnTheClaimsNextEvent(t *testing.T) {
 	}
 }
 
+// TestBindWaitsForTheClaimsRecord: with DropFinalizers, a claim whose
+// informer copy predates its in-flight record (written before the PV) is
+// not written from that copy, which the API would refuse: the PV's status
+// is, and the claim's write waits for the claim's next event. Without an
+// event, the wait ends RecordWait after the PV's creation.
+func TestBindWaitsForTheClaimsRecord(t *testing.T) {
+	const record = "provisioner.storage.kubernetes.io/volume-leak-protection"
+	claim := makeClaim("a", "fast").PersistentVolumeClaim
+	pv := makePV("pv-a", claim).PersistentVolume
+	e := newEnv(t, claim, pv)
+	pv = e.pv("pv-a")
+	pv.CreationTimestamp = metav1.NewTime(e.clock.Now())
+	if err := e.cs.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumes"}, pv, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.load()
+	e.b.cfg.DropFinalizers = []string{record}
+	// The API's claim carries the record; the informer's copy does not yet.
+	withRecord := claim.DeepCopy()
+	withRecord.Finalizers, withRecord.ResourceVersion = []string{record}, "2"
+	if err := e.cs.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}, withRecord, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	e.b.queue.Add("pv-a")
+	e.b.processNext(e.ctx)
+	if diff := cmp.Diff([]string{"update persistentvolumes/status"}, e.writes); diff != "" {
+		t.Fatalf("writes from the copy without the record (-want +got):\n%s", diff)
+	}
+	// The claim's event shows the record: the binding completes and
+	// removes it, with no conflict.
+	e.writes = nil
+	_ = e.b.cfg.Volumes.GetIndexer().Update(e.pv("pv-a"))
+	fresh := e.claim("a")
+	_ = e.b.cfg.Claims.GetIndexer().Update(fresh)
+	e.b.claimChanged(fresh)
+	for e.b.queue.Len() > 0 {
+		e.b.processNext(e.ctx)
+	}
+	want := []string{"update persistentvolumeclaims", "update persistentvolumeclaims/status"}
+	if diff := cmp.Diff(want, e.writes); diff != "" {
+		t.Errorf("writes after the claim's event (-want +got):\n%s", diff)
+	}
+	if got := e.claim("a"); got.Spec.VolumeName != "pv-a" || len(got.Finalizers) != 0 {
+		t.Errorf("claim bound to %q with finalizers %v, want pv-a without the record", got.Spec.VolumeName, got.Finalizers)
+	}
+
+	// A claim that never shows the record (the keeper removed it, or it
+	// never had one) is bound once RecordWait from the PV's creation ends.
+	if w := e.b.recordWait(pv, claim); w <= 0 || w > e.b.cfg.RecordWait {
+		t.Errorf("wait for a new PV's claim without the record = %v, want up to %v", w, e.b.cfg.RecordWait)
+	}
+	e.clock.Step(e.b.cfg.RecordWait)
+	if w := e.b.recordWait(pv, claim); w != 0 {
+		t.Errorf("wait after RecordWait = %v, want 0", w)
+	}
+}
+
 // TestBindWaitsForAClaimTheInformerShowsLate: a PV whose claim the
 // claims' informer does not hold yet is bound once it does.
 func TestBindWaitsForAClaimTheInformerShowsLate(t *testing.T) {

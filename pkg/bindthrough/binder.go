@@ -2,7 +2,9 @@ package bindthrough
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +39,14 @@ type Config struct {
 	// volume), so that the record costs no write of its own. Finalizers
 	// not listed stay.
 	DropFinalizers []string
+	// RecordWait is how long after a PV's creation a claim that shows none
+	// of DropFinalizers while not bound yet is taken for an informer's copy
+	// older than the record (which csi-provisioner writes before the PV):
+	// the claim's binding write waits for the claim's next event instead of
+	// being refused with a conflict. Past it, the claim is bound as shown
+	// (the record's keeper removed it, or it never had one). Default 30s;
+	// without DropFinalizers there is no wait.
+	RecordWait time.Duration
 	// RetryForbidden is how long the binder leaves binding to the PV
 	// controller after the API refused one of its writes (RBAC). Default 1m.
 	RetryForbidden time.Duration
@@ -70,6 +80,9 @@ func New(cfg Config) (*Binder, error) {
 	}
 	if cfg.RetryForbidden <= 0 {
 		cfg.RetryForbidden = time.Minute
+	}
+	if cfg.RecordWait <= 0 {
+		cfg.RecordWait = 30 * time.Second
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -178,6 +191,10 @@ func (b *Binder) processNext(ctx context.Context) bool {
 	case err == nil:
 		b.queue.Forget(name)
 		b.settled(name)
+	case errors.Is(err, errAwaitClaim):
+		// The claim's next event queues the PV (stale.await), or the
+		// wait's end (recordWait).
+		b.queue.Forget(name)
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		// Another writer was first. The version written against is
 		// stale now (bind noted it): a sync that reads it from the
@@ -286,6 +303,12 @@ func (b *Binder) bind(ctx context.Context, pv *v1.PersistentVolume, claim *v1.Pe
 			return err
 		}
 	}
+	if wait := b.recordWait(pv, claim); wait > 0 {
+		b.stale.await(claim.UID, pv.Name)
+		b.queue.AddAfter(pv.Name, wait)
+		logger.V(5).Info("The claim's copy predates its in-flight record: waiting for its next event", "wait", wait)
+		return errAwaitClaim
+	}
 	if next, dirty := claimBound(claim, pv, b.cfg.DropFinalizers); dirty {
 		out, err := b.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, next, metav1.UpdateOptions{})
 		b.noteWritten(claim.UID, pv.Name, err, "", claim.ResourceVersion)
@@ -305,6 +328,25 @@ func (b *Binder) bind(ctx context.Context, pv *v1.PersistentVolume, claim *v1.Pe
 	}
 	logger.V(2).Info("Claim bound to its new PV")
 	return nil
+}
+
+// errAwaitClaim: the pair waits for the claim's next event (recordWait).
+var errAwaitClaim = errors.New("waiting for the claim's next event")
+
+// recordWait is how long the claim's binding write waits for a copy of the
+// claim that shows its in-flight record: with Config.DropFinalizers, a
+// claim not bound yet that shows none of them while its PV is younger than
+// Config.RecordWait is an informer's copy from before the record (the
+// record is written before CreateVolume), and a write from it would be
+// refused. 0: write now.
+func (b *Binder) recordWait(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim) time.Duration {
+	if len(b.cfg.DropFinalizers) == 0 || claim.Spec.VolumeName != "" ||
+		slices.ContainsFunc(claim.Finalizers, func(f string) bool { return slices.Contains(b.cfg.DropFinalizers, f) }) {
+		return 0
+	}
+	// CreationTimestamp is the API server's clock in whole seconds: a skew
+	// moves the wait, never what is written.
+	return max(0, b.cfg.RecordWait-b.cfg.Clock.Since(pv.CreationTimestamp.Time))
 }
 
 // fresher is the informer's copy of claim when it is newer than claim and

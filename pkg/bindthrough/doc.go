@@ -27,6 +27,11 @@
 //	              when the claim becomes Bound), currentVolumeAttributesClassName
 //	              = PV's volumeAttributesClassName (Pending → Bound only)
 //
+// A claim that is not bound yet and shows none of Config.DropFinalizers
+// while its PV is younger than Config.RecordWait is an informer's copy
+// older than the in-flight record, which csi-provisioner writes before the
+// PV: its write would conflict, so it waits for the claim's next event.
+//
 // A conflict (the PV controller, or another writer, changed the object)
 // ends the attempt; the pair is tried again from the informers' newer copy
 // as soon as they show it (the object's next event queues the PV), and
