@@ -250,7 +250,7 @@ func newBinder(cfg ControllerConfig, clients Clients, inf controllerInformers, r
 		drop = []string{inflight.Finalizer}
 	}
 	return bindthrough.New(bindthrough.Config{DriverName: cfg.Provisioner.DriverName, Client: clients.Binding,
-		Volumes: inf.volumes, Claims: inf.claims, Workers: cfg.WorkerThreads, DropFinalizers: drop})
+		Volumes: inf.volumes, Claims: inf.claims, Workers: cfg.WorkerThreads, DropFinalizers: drop, RecordWait: bindThroughRecordGrace})
 }
 
 // bindThroughRecordGrace is how long, after a claim's PV is created, the
