@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,8 +21,15 @@ func (c *Cluster) StopControllerManager() {
 
 // StartControllerManager starts kube-controller-manager again with its
 // command line, after StopControllerManager, and waits until it is
-// healthy; its log is kube-controller-manager-<n>.log.
+// healthy; its log is kube-controller-manager-<n>.log. It listens on a new
+// port: while it was down, another process (another test package's control
+// plane) may have taken the old one, and that one's /healthz would answer
+// for a kube-controller-manager that failed to start.
 func (c *Cluster) StartControllerManager(ctx context.Context) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	if c.kcm != nil && !c.kcm.Exited() {
 		c.mu.Unlock()
@@ -29,8 +37,11 @@ func (c *Cluster) StartControllerManager(ctx context.Context) error {
 	}
 	c.kcmRestarts++
 	name := fmt.Sprintf("kube-controller-manager-%d", c.kcmRestarts)
+	c.kcmPort = ports[0]
+	c.kcmArgs = withSecurePort(c.kcmArgs, c.kcmPort)
+	args := c.kcmArgs
 	c.mu.Unlock()
-	p, err := startProcess(c.LogDir, name, c.kcmBinary, c.kcmArgs, nil)
+	p, err := startProcess(c.LogDir, name, c.kcmBinary, args, nil)
 	if err != nil {
 		return err
 	}
@@ -44,5 +55,26 @@ func (c *Cluster) StartControllerManager(ctx context.Context) error {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return c.waitHealthy(ctx, "https://127.0.0.1:"+strconv.Itoa(c.kcmPort)+"/healthz", "")
+	if err := c.waitHealthy(ctx, "https://127.0.0.1:"+strconv.Itoa(ports[0])+"/healthz", ""); err != nil {
+		return err
+	}
+	// A process that could not listen exits at once: healthy, and still
+	// running a moment later, is this one.
+	time.Sleep(time.Second)
+	if p.Exited() {
+		return fmt.Errorf("kube-controller-manager exited after it started: %v (log %s)", p.Wait(), p.LogPath())
+	}
+	return nil
+}
+
+// withSecurePort is args with every --secure-port set to port.
+func withSecurePort(args []string, port int) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.HasPrefix(a, "--secure-port=") {
+			a = "--secure-port=" + strconv.Itoa(port)
+		}
+		out[i] = a
+	}
+	return out
 }
