@@ -99,6 +99,8 @@ type Cluster struct {
 	core    []*Process
 	procs   []*Process
 	stopped bool
+	// keepLogs: Stop leaves LogDir, which DumpLogs pointed to.
+	keepLogs bool
 	// onStop run first in Stop, last registered first.
 	onStop []func() error
 	// the scheduler's command line, for RestartScheduler.
@@ -589,7 +591,8 @@ func (c *Cluster) OnStop(f func() error) {
 // Stop runs the OnStop functions, stops the processes started with
 // StartProcess, then the scheduler and controller manager, then
 // kube-apiserver, then etcd (SIGTERM, SIGKILL after 15 s), and removes the
-// temp dir. It is idempotent.
+// temp dir, all of it but LogDir once DumpLogs pointed there. It is
+// idempotent.
 func (c *Cluster) Stop() error {
 	c.mu.Lock()
 	if c.stopped {
@@ -614,12 +617,36 @@ func (c *Cluster) Stop() error {
 	for i := len(core) - 1; i >= 0; i-- {
 		core[i].Stop(15 * time.Second)
 	}
-	return errors.Join(append(errs, os.RemoveAll(c.Dir))...)
+	return errors.Join(append(errs, c.removeDir())...)
 }
 
-// DumpLogs writes where the logs are and the last lines of each.
+// removeDir removes the temp dir, or all of it but LogDir once DumpLogs
+// pointed there.
+func (c *Cluster) removeDir() error {
+	c.mu.Lock()
+	keep := c.keepLogs
+	c.mu.Unlock()
+	if !keep {
+		return os.RemoveAll(c.Dir)
+	}
+	entries, err := os.ReadDir(c.Dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if path := filepath.Join(c.Dir, e.Name()); path != c.LogDir {
+			errs = append(errs, os.RemoveAll(path))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DumpLogs writes where the logs are and the last lines of each; Stop
+// leaves them there.
 func (c *Cluster) DumpLogs(w io.Writer, lines int) {
 	c.mu.Lock()
+	c.keepLogs = true
 	all := append(append([]*Process(nil), c.core...), c.procs...)
 	c.mu.Unlock()
 	fmt.Fprintf(w, "control plane logs in %s\n", c.LogDir)
