@@ -474,6 +474,34 @@ func TestBindWritesNothingFromCopiesItReplaced(t *testing.T) {
 	}
 }
 
+// TestBindWritesNothingFromACopyTheAPINeverReturned: a PV in the store
+// without a resourceVersion (the copy its creator sent, written to a
+// shared store) would be written unconditionally. The binder waits for
+// the PV's event, then binds from the API's copy.
+func TestBindWritesNothingFromACopyTheAPINeverReturned(t *testing.T) {
+	claim := makeClaim("a", "fast").PersistentVolumeClaim
+	pv := makePV("pv-a", claim).PersistentVolume
+	e := newEnv(t, claim, pv)
+	sent := pv.DeepCopy()
+	sent.ResourceVersion = ""
+	_ = e.b.cfg.Volumes.GetIndexer().Update(sent)
+	e.b.queue.Add("pv-a")
+	e.b.processNext(e.ctx)
+	if len(e.writes) != 0 {
+		t.Fatalf("writes from a copy without a resourceVersion: %v, want none", e.writes)
+	}
+	// The watch's event of the PV.
+	_ = e.b.cfg.Volumes.GetIndexer().Update(pv)
+	e.b.volumeChanged(pv)
+	for e.b.queue.Len() > 0 {
+		e.b.processNext(e.ctx)
+	}
+	want := []string{"update persistentvolumes/status", "update persistentvolumeclaims", "update persistentvolumeclaims/status"}
+	if diff := cmp.Diff(want, e.writes); diff != "" {
+		t.Errorf("writes after the PV's event (-want +got):\n%s", diff)
+	}
+}
+
 // TestBindRetriesAConflictOnTheClaimsNextEvent: the claim changed between
 // the informer's copy and the binder's write (the in-flight record's
 // keeper removed its finalizer once the PV existed). The binder does not

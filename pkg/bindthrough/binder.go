@@ -262,6 +262,13 @@ func (b *Binder) sync(ctx context.Context, name string) error {
 	if err != nil || claim == nil {
 		return err
 	}
+	// A copy without a resourceVersion is none the API returned (a
+	// controller's own write to the store): a write from it would be
+	// applied unconditionally. The object's next event queues the PV.
+	if pv.ResourceVersion == "" || claim.ResourceVersion == "" {
+		klog.FromContext(ctx).V(4).Info("The informer holds a copy the API never returned; waiting for its event", "pv", name)
+		return nil
+	}
 	// The informers may lag behind a write that replaced these copies
 	// (this binder's own, or one it conflicted with): writing from them
 	// would conflict. Their next event queues the PV again.
@@ -305,7 +312,13 @@ func (b *Binder) bind(ctx context.Context, pv *v1.PersistentVolume, claim *v1.Pe
 	}
 	if wait := b.recordWait(pv, claim); wait > 0 {
 		b.stale.await(claim.UID, pv.Name)
-		b.queue.AddAfter(pv.Name, wait)
+		// The claim's next event may have come before the await: then
+		// there is a newer copy to look at now.
+		if now, err := b.claim(pv); err == nil && now != nil && now.ResourceVersion != claim.ResourceVersion {
+			b.queue.Add(pv.Name)
+		} else {
+			b.queue.AddAfter(pv.Name, wait)
+		}
 		logger.V(5).Info("The claim's copy predates its in-flight record: waiting for its next event", "wait", wait)
 		return errAwaitClaim
 	}

@@ -391,7 +391,13 @@ func (k *Keeper) binderWait(claim *v1.PersistentVolumeClaim) time.Duration {
 	}
 	var oldest time.Time
 	for _, pv := range k.pvs.Of(claim.UID) {
-		if t := pv.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+		// A PV without a creation time is the copy its creator sent,
+		// not the API's: it was created just now.
+		t := pv.CreationTimestamp.Time
+		if t.IsZero() {
+			t = time.Now()
+		}
+		if oldest.IsZero() || t.Before(oldest) {
 			oldest = t
 		}
 	}

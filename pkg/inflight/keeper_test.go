@@ -184,13 +184,17 @@ func TestRecordKeeperLeavesTheRecordToTheBinder(t *testing.T) {
 	boundClaim := makeClaim("data").withRecord().PersistentVolumeClaim
 	boundClaim.Spec.VolumeName = "pvc-uid-data"
 	tests := []struct {
-		name       string
-		claim      *v1.PersistentVolumeClaim
-		pvAge      time.Duration
+		name  string
+		claim *v1.PersistentVolumeClaim
+		pvAge time.Duration
+		// sent: the PV as its creator sent it, without a creation time.
+		sent       bool
 		wantRecord bool
 	}{
 		{name: "unbound, PV just created: left to the binder", claim: makeClaim("data").withRecord().PersistentVolumeClaim,
 			wantRecord: true},
+		{name: "unbound, PV as sent, without a creation time: left to the binder", claim: makeClaim("data").withRecord().PersistentVolumeClaim,
+			sent: true, wantRecord: true},
 		{name: "unbound, PV older than the grace: removed", claim: makeClaim("data").withRecord().PersistentVolumeClaim,
 			pvAge: time.Minute},
 		{name: "bound by the PV controller, PV just created: removed", claim: boundClaim},
@@ -199,6 +203,9 @@ func TestRecordKeeperLeavesTheRecordToTheBinder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pv := pvOf("pvc-uid-data", "data", "uid-data")
 			pv.CreationTimestamp = metav1.NewTime(time.Now().Add(-tc.pvAge))
+			if tc.sent {
+				pv.CreationTimestamp = metav1.Time{}
+			}
 			e := newKeeperEnvWith(t, func(c *KeeperConfig) { c.BinderGrace = grace }, newFakeVolumes("pvc-uid-data"), tc.claim, pv)
 			// Drop what the informers' add events queued.
 			for e.keeper.queue.Len() > 0 {
@@ -219,6 +226,11 @@ func TestRecordKeeperLeavesTheRecordToTheBinder(t *testing.T) {
 				if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
 					t.Errorf("%s %s while the record is left to the binder, want no write", v, a.GetResource().Resource)
 				}
+			}
+			if tc.sent {
+				// Its age counts from the API's copy, which this
+				// informer never gets.
+				return
 			}
 			// The claim comes back when the grace ends (no informer event
 			// comes any more), and the keeper removes the record the

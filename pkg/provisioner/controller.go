@@ -208,7 +208,14 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			return nil, err
 		}
 	}
-	libClaims, libVolumes := newReplayInformer(inf.claims, pendingClaim), newReplayInformer(inf.volumes, volumeToDelete)
+	libClaims, err := newReplayInformer(inf.claims, pendingClaim)
+	if err != nil {
+		return nil, fmt.Errorf("watching claims: %w", err)
+	}
+	libVolumes, err := newReplayInformer(inf.volumes, volumeToDelete)
+	if err != nil {
+		return nil, fmt.Errorf("watching PVs: %w", err)
+	}
 	claimer, err := scopeToNode(cfg, clients, p, inf, libClaims, libVolumes)
 	if err != nil {
 		return nil, err

@@ -5,7 +5,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/informercache"
 )
 
 // replayInformer is the informer the library's controller is given: it
@@ -29,46 +32,93 @@ type replayInformer struct {
 	// keep, when set, gates the library's own writes to the store (see
 	// GetStore): an object it rejects is removed instead of written.
 	keep func(obj any) bool
+	// sent holds the library's writes without a resourceVersion (see
+	// GetStore).
+	sent *informercache.SentObjects
 
 	mu       sync.Mutex
 	handlers []cache.ResourceEventHandler
 }
 
-// GetStore returns the informer's store, with the library's writes gated
-// by keep when it is set.
+// GetStore returns the informer's store as the library writes it: an
+// object without a resourceVersion is held aside (SentObjects), and the
+// library's other writes are gated by keep when it is set.
 //
-// Why: after a reschedule the library writes its copy of the claim (with
-// the old labels and resourceVersion) into the store. With node
+// Why aside: after creating a PV the library adds the PV it sent, which
+// has no resourceVersion, UID or creationTimestamp, to the store, so that
+// it sees the PV before the watch brings it. Written into the shared
+// store, that copy would replace the watch's when the watch was first,
+// until the PV's next event, and every reader of the informer
+// (bind-through's binder, the in-flight record's keeper) could see a PV
+// the API never returned: a write from it carries no resourceVersion and
+// is applied unconditionally. Held aside, the library alone reads it back,
+// until the informer holds the PV.
+//
+// Why keep: after a reschedule the library writes its copy of the claim
+// (with the old labels and resourceVersion) into the store. With node
 // deployment's selection by label, the hand-back has just taken the claim
 // out of the node's selection; when the watch's delete has already been
 // applied, that write would bring the claim back into a store that no
 // later event will ever correct.
 func (i *replayInformer) GetStore() cache.Store {
-	store := i.SharedIndexInformer.GetStore()
-	if i.keep == nil {
-		return store
-	}
-	return &gatedStore{Store: store, keep: i.keep}
+	return &gatedStore{Store: i.SharedIndexInformer.GetStore(), keep: i.keep, sent: i.sent}
 }
 
-// gatedStore is a store whose Add and Update write only what keep
-// accepts, and delete the rest.
+// gatedStore is a store whose Add and Update hold an object without a
+// resourceVersion aside in sent, write only what keep (when set) accepts,
+// and delete the rest. Get and GetByKey return the informer's copy, or
+// the one held aside when the informer holds none.
 type gatedStore struct {
 	cache.Store
 	keep func(obj any) bool
+	sent *informercache.SentObjects
 }
 
 func (s *gatedStore) Add(obj any) error { return s.Update(obj) }
 
 func (s *gatedStore) Update(obj any) error {
-	if s.keep(obj) {
+	if m, err := meta.Accessor(obj); err == nil && m.GetResourceVersion() == "" {
+		key, err := cache.MetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return err
+		}
+		if _, held, err := s.Store.GetByKey(key); err != nil || held {
+			return err
+		}
+		s.sent.Hold(key, obj)
+		return nil
+	}
+	if s.keep == nil || s.keep(obj) {
 		return s.Store.Update(obj)
 	}
 	return s.Store.Delete(obj)
 }
 
-func newReplayInformer(inf cache.SharedIndexInformer, wanted func(obj any) bool) *replayInformer {
-	return &replayInformer{SharedIndexInformer: inf, wanted: wanted}
+func (s *gatedStore) Get(obj any) (any, bool, error) {
+	key, err := cache.MetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.GetByKey(key)
+}
+
+func (s *gatedStore) GetByKey(key string) (any, bool, error) {
+	obj, held, err := s.Store.GetByKey(key)
+	if err != nil || held {
+		return obj, held, err
+	}
+	obj, held = s.sent.Get(key)
+	return obj, held, nil
+}
+
+// newReplayInformer wraps inf; it adds a handler to inf, which lets go of
+// the objects held aside (GetStore) once inf has their events.
+func newReplayInformer(inf cache.SharedIndexInformer, wanted func(obj any) bool) (*replayInformer, error) {
+	i := &replayInformer{SharedIndexInformer: inf, wanted: wanted, sent: informercache.NewSentObjects()}
+	if _, err := inf.AddEventHandler(i.sent.Handler()); err != nil {
+		return nil, err
+	}
+	return i, nil
 }
 
 // remember keeps h for replay and returns the handler to register: h

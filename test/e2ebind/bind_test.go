@@ -92,7 +92,15 @@ func TestBindThroughWithoutThePVController(t *testing.T) {
 	if got, want := len(writes[provisionerUser]), 3*len(names); got != want {
 		t.Errorf("csi-provisioner made %d binding writes, want %d (PV status, claim, claim status per claim): %v", got, want, writes[provisionerUser])
 	}
+	// Each claim's in-flight record went in its binding write: one patch
+	// (the record added) and one update (the binding) each, no removal of
+	// the keeper's own.
+	patches, updates := claimWrites(t, c, ns)
 	for _, name := range names {
+		if patches[name] != 1 || updates[name] != 1 {
+			t.Errorf("claim %s: %d patches and %d updates by csi-provisioner, want 1 (the record added) and 1 (bound, the record removed)",
+				name, patches[name], updates[name])
+		}
 		sameAsPVController(t, ctx, c, ns, name, witness)
 	}
 }

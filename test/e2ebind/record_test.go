@@ -78,7 +78,21 @@ func TestBindThroughWithTheInFlightRecord(t *testing.T) {
 // record (checkSettled).
 func checkRecordWritten(t *testing.T, c *controlplane.Cluster, ns string, names []string) {
 	t.Helper()
-	patches, updates := map[string]int{}, map[string]int{}
+	patches, updates := claimWrites(t, c, ns)
+	for _, name := range names {
+		if patches[name] < 1 || patches[name]+updates[name] < 2 {
+			t.Errorf("claim %s: %d patches and %d updates by csi-provisioner in the audit log, want the record added (a patch) and removed (a patch or the binding update)",
+				name, patches[name], updates[name])
+		}
+	}
+	t.Logf("record patches per claim: %v; binding updates per claim: %v", fmt.Sprint(patches), fmt.Sprint(updates))
+}
+
+// claimWrites counts, by claim of ns, the patches and updates csi-provisioner
+// made to the claims (not their status) in the audit log.
+func claimWrites(t *testing.T, c *controlplane.Cluster, ns string) (patches, updates map[string]int) {
+	t.Helper()
+	patches, updates = map[string]int{}, map[string]int{}
 	if err := controlplane.ReadAuditLog(c.AuditLog, func(e controlplane.AuditEvent) {
 		ref := e.ObjectRef
 		if ref == nil || ref.Resource != "persistentvolumeclaims" || ref.Namespace != ns || ref.Subresource != "" ||
@@ -94,11 +108,5 @@ func checkRecordWritten(t *testing.T, c *controlplane.Cluster, ns string, names 
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range names {
-		if patches[name] < 1 || patches[name]+updates[name] < 2 {
-			t.Errorf("claim %s: %d patches and %d updates by csi-provisioner in the audit log, want the record added (a patch) and removed (a patch or the binding update)",
-				name, patches[name], updates[name])
-		}
-	}
-	t.Logf("record patches per claim: %v; binding updates per claim: %v", fmt.Sprint(patches), fmt.Sprint(updates))
+	return patches, updates
 }
