@@ -208,13 +208,9 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 			return nil, err
 		}
 	}
-	libClaims, err := newReplayInformer(inf.claims, pendingClaim)
+	libClaims, libVolumes, err := libraryInformers(inf)
 	if err != nil {
-		return nil, fmt.Errorf("watching claims: %w", err)
-	}
-	libVolumes, err := newReplayInformer(inf.volumes, volumeToDelete)
-	if err != nil {
-		return nil, fmt.Errorf("watching PVs: %w", err)
+		return nil, err
 	}
 	claimer, err := scopeToNode(cfg, clients, p, inf, libClaims, libVolumes)
 	if err != nil {
@@ -242,7 +238,18 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 		capacity: capacity, capacityFactory: capacityFactory, libClaims: libClaims, libVolumes: libVolumes, sources: sources, recordKeeper: keeper}, nil
 }
 
-// withDefaults fills the clients left nil with Work.
+// libraryInformers are the informers of claims and PVs the library is
+// given (replayInformer).
+func libraryInformers(inf controllerInformers) (claims, volumes *replayInformer, err error) {
+	if claims, err = newReplayInformer(inf.claims, pendingClaim); err != nil {
+		return nil, nil, fmt.Errorf("watching claims: %w", err)
+	}
+	if volumes, err = newReplayInformer(inf.volumes, volumeToDelete); err != nil {
+		return nil, nil, fmt.Errorf("watching PVs: %w", err)
+	}
+	return claims, volumes, nil
+}
+
 // newBinder is the binder of cfg.BindThrough, on the controller's informers
 // of claims and PVs (nil without it). With the in-flight record (records),
 // the binding write of a claim also removes its record, which the keeper
@@ -276,6 +283,7 @@ func recordGrace(cfg ControllerConfig) time.Duration {
 	return 0
 }
 
+// withDefaults fills the clients left nil with Work.
 func (c Clients) withDefaults() Clients {
 	if c.Events == nil {
 		c.Events = c.Work
