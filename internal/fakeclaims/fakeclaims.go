@@ -1,7 +1,8 @@
 // Package fakeclaims helps unit tests that write claims through client-go's
 // fake clientset: a 403 as the API server gives it, a count of the claim
-// writes by verb, and the API server's resourceVersion rule on UPDATE, which
-// the fake does not enforce. For tests only.
+// writes by verb, the API server's resourceVersion rule on UPDATE, which
+// the fake does not enforce, and the marks of other controllers on a claim
+// that every write must keep. For tests only.
 package fakeclaims
 
 import (
@@ -64,4 +65,16 @@ func EnforceResourceVersion(cs *fake.Clientset, conflicts *atomic.Int32) {
 		obj.ResourceVersion = strconv.Itoa(n + 1)
 		return false, nil, nil
 	})
+}
+
+// MarkByOthers gives claim what other controllers put on it and every write
+// must keep, the finalizer example.com/keep and the annotation
+// example.com/keep=yes, and resourceVersion 7, as a stored claim has one.
+func MarkByOthers(claim *v1.PersistentVolumeClaim) {
+	claim.Finalizers = append(claim.Finalizers, "example.com/keep")
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	claim.Annotations["example.com/keep"] = "yes"
+	claim.ResourceVersion = "7"
 }

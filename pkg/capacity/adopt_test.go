@@ -154,7 +154,7 @@ func checkAdoption(t *testing.T, owner *metav1.OwnerReference, pre []capObj, wan
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	_, csiClient := startMock(t, ctx)
-	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass,
+	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").Immediate().StorageClass,
 		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey)}
 	for _, c := range pre {
 		objs = append(objs, c.object())

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testobjects"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 )
 
@@ -70,44 +70,13 @@ func zoneTopo(zones ...string) []*csi.Topology {
 	return out
 }
 
-func makeNode(name, zone string) *v1.Node {
-	labels := map[string]string{}
-	if zone != "" {
-		labels[zoneKey] = zone
-	}
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-}
+// makeNode is the Node name in zone (no zone label where zone is empty).
+func makeNode(name, zone string) *v1.Node { return testobjects.Node(name, zoneKey, zone) }
 
+// makeCSINode is node name's CSINode with testDriver's entry of these keys.
 func makeCSINode(name string, keys ...string) *storagev1.CSINode {
-	return &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{
-			{Name: testDriver, NodeID: name, TopologyKeys: keys},
-		}},
-	}
+	return testobjects.CSINode(name, testDriver, keys...)
 }
 
-type classBuilder struct{ *storagev1.StorageClass }
-
-func makeClass(name string) classBuilder {
-	mode := storagev1.VolumeBindingWaitForFirstConsumer
-	return classBuilder{&storagev1.StorageClass{
-		ObjectMeta:        metav1.ObjectMeta{Name: name},
-		Provisioner:       testDriver,
-		VolumeBindingMode: &mode,
-	}}
-}
-
-func (c classBuilder) immediate() classBuilder {
-	mode := storagev1.VolumeBindingImmediate
-	c.VolumeBindingMode = &mode
-	return c
-}
-
-func (c classBuilder) withParams(kv ...string) classBuilder {
-	c.Parameters = map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		c.Parameters[kv[i]] = kv[i+1]
-	}
-	return c
-}
+// makeClass is the class name of testDriver; it waits for the first consumer.
+func makeClass(name string) testobjects.Class { return testobjects.NewClass(name, testDriver) }

@@ -46,7 +46,7 @@ func TestCapacityCollector(t *testing.T) {
 			StorageClassName: "gone",
 		}
 	}
-	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass, other.StorageClass,
+	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").Immediate().StorageClass, other.StorageClass,
 		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey),
 		obsolete("ours-gone", ManagedBy("")),
 		// Another instance's object (a node deployment's) is not ours

@@ -47,7 +47,7 @@ func capacities(t *testing.T, ctx context.Context, client *fake.Clientset, class
 func TestCapacityPublisher(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	mock, csiClient := startMock(t, ctx)
-	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass,
+	objs := []runtime.Object{makeClass("wffc").StorageClass, makeClass("imm").Immediate().StorageClass,
 		func() *storagev1.StorageClass {
 			c := makeClass("other")
 			c.Provisioner = "other.example.com"

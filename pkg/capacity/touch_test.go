@@ -51,7 +51,7 @@ func TestCapacityTouchRefreshesOnlyTouched(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	mock, csiClient := startMock(t, ctx)
 	counting := &countingCapacity{Client: csiClient}
-	class := makeClass("wffc").withParams("tier", "gold", "csi.storage.k8s.io/fstype", "xfs").StorageClass
+	class := makeClass("wffc").WithParams("tier", "gold", "csi.storage.k8s.io/fstype", "xfs").StorageClass
 	pe := newPublisherEnv(t, Config{}, counting, class,
 		makeNode("n1", "z1"), makeCSINode("n1", zoneKey), makeNode("n2", "z2"), makeCSINode("n2", zoneKey))
 	p, client := pe.p, pe.client
@@ -130,8 +130,8 @@ func TestCapacityRefreshSharesLaterObjects(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	_, csiClient := startMock(t, ctx)
 	gated := &gatedCapacity{Client: csiClient, calls: make(chan string), release: make(chan struct{})}
-	pe := newPublisherEnv(t, Config{}, gated, makeClass("a").withParams("class", "a").StorageClass,
-		makeClass("b").withParams("class", "b").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
+	pe := newPublisherEnv(t, Config{}, gated, makeClass("a").WithParams("class", "a").StorageClass,
+		makeClass("b").WithParams("class", "b").StorageClass, makeNode("n1", "z1"), makeCSINode("n1", zoneKey))
 	pe.start(ctx, t)
 	next := func() string {
 		t.Helper()

@@ -27,12 +27,7 @@ const switchLog = "Claims may not be patched (RBAC)"
 // kept gives a claim a finalizer and an annotation of others, which every
 // write must keep.
 func kept(c claimBuilder) claimBuilder {
-	c.Finalizers = append(c.Finalizers, "example.com/keep")
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
-	}
-	c.Annotations["example.com/keep"] = "yes"
-	c.ResourceVersion = "7"
+	fakeclaims.MarkByOthers(c.PersistentVolumeClaim)
 	return c
 }
 

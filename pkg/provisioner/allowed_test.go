@@ -65,7 +65,7 @@ func TestProvisionImmediateAllowedTopologies(t *testing.T) {
 						c.Segments = append(c.Segments, driver.SegmentConfig{Topology: map[string]string{"zone": z}, CapacityBytes: 10 * gi})
 					}
 				}})
-			class := makeClass("imm").immediate()
+			class := makeClass("imm").Immediate()
 			class.AllowedTopologies = []v1.TopologySelectorTerm{{MatchLabelExpressions: tc.terms}}
 			pv, state, err := e.provision(t, makePVC("data", "imm").PersistentVolumeClaim, class.StorageClass, nil)
 			if tc.want == nil {

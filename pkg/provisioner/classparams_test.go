@@ -92,7 +92,7 @@ func TestUpstreamClassParameters(t *testing.T) {
 				secret("apps", "data-creds", map[string]string{"password": "hunter2"}),
 				secret("vault", "stage", map[string]string{"key": "stage"}),
 			}})
-			class := makeClass("legacy").immediate().withParams(tc.params...)
+			class := makeClass("legacy").Immediate().WithParams(tc.params...)
 			pv, state, err := e.provision(t, makePVC("data", "legacy").PersistentVolumeClaim, class.StorageClass, nil)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || state != controller.ProvisioningFinished {

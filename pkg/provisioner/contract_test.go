@@ -415,7 +415,7 @@ func TestControllerRetriesInvalidArgumentSlowly(t *testing.T) {
 	_, mockClient := startMock(t, ctx, nil)
 	csiClient := &codeByName{ControllerClient: mockClient, calls: map[string]int{},
 		codes: map[string]codes.Code{"pvc-uid-invalid": codes.InvalidArgument, "pvc-uid-internal": codes.Internal}}
-	objs := []runtime.Object{makeClass("plain").immediate().StorageClass}
+	objs := []runtime.Object{makeClass("plain").Immediate().StorageClass}
 	for _, name := range []string{"invalid", "internal"} {
 		c := makePVC(name, "plain").PersistentVolumeClaim
 		c.Annotations = map[string]string{"volume.kubernetes.io/storage-provisioner": testDriver}

@@ -183,7 +183,7 @@ func TestCloneRefusals(t *testing.T) {
 			}
 			e := newEnv(t, envOptions{cfg: cfg, nodes: threeZones, objs: objs, sources: true, direct: copyingCSI{}})
 			clone := makePVC("clone", "zonal").cloneOf("src")
-			_, state, err := e.provision(t, clone.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
+			_, state, err := e.provision(t, clone.PersistentVolumeClaim, makeClass("zonal").Immediate().StorageClass, nil)
 			if !errors.Is(err, datasource.ErrRefused) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error = %v, want ErrRefused saying %q", err, tc.wantErr)
 			}
@@ -201,7 +201,7 @@ func TestCloneProvision(t *testing.T) {
 	src, pv := boundSource("1Gi", testDriver, "z1", nil)
 	e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, objs: []runtime.Object{src, pv}, sources: true, direct: copyingCSI{}})
 	clone := makePVC("clone", "other-class").cloneOf("src").withSize("2Gi")
-	got, state, err := e.provision(t, clone.PersistentVolumeClaim, makeClass("other-class").immediate().StorageClass, nil)
+	got, state, err := e.provision(t, clone.PersistentVolumeClaim, makeClass("other-class").Immediate().StorageClass, nil)
 	if err != nil || state != controller.ProvisioningFinished {
 		t.Fatalf("Provision = %v, %v", state, err)
 	}
@@ -257,7 +257,7 @@ func TestCloneWithoutEchoedContentSource(t *testing.T) {
 	src, pv := boundSource("1Gi", testDriver, "", nil)
 	e := newEnv(t, envOptions{cfg: sourceCaps, nodes: threeZones, objs: []runtime.Object{src, pv}, sources: true, direct: copyingCSI{noEcho: true}})
 	clone := makePVC("clone", "zonal").cloneOf("src")
-	_, state, err := e.provision(t, clone.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
+	_, state, err := e.provision(t, clone.PersistentVolumeClaim, makeClass("zonal").Immediate().StorageClass, nil)
 	if err == nil || !strings.Contains(err.Error(), "without reporting its content source") || state != controller.ProvisioningFinished {
 		t.Fatalf("Provision = %v, %v; want a final error about the content source", state, err)
 	}
@@ -271,7 +271,7 @@ func TestPopulatorAndCrossNamespace(t *testing.T) {
 	group := "populator.example.com"
 	pop := makePVC("pop", "zonal")
 	pop.Spec.DataSourceRef = &v1.TypedObjectReference{APIGroup: &group, Kind: "Sample", Name: "s1"}
-	_, _, err := e.provision(t, pop.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
+	_, _, err := e.provision(t, pop.PersistentVolumeClaim, makeClass("zonal").Immediate().StorageClass, nil)
 	var ignored *controller.IgnoredError
 	if !errors.As(err, &ignored) {
 		t.Fatalf("error = %v, want an IgnoredError (the populator makes the volume)", err)
@@ -287,7 +287,7 @@ func TestPopulatorAndCrossNamespace(t *testing.T) {
 	other := "elsewhere"
 	cross := makePVC("cross", "zonal")
 	cross.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: datasource.KindClaim, Name: "src", Namespace: &other}
-	_, state, err := e.provision(t, cross.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
+	_, state, err := e.provision(t, cross.PersistentVolumeClaim, makeClass("zonal").Immediate().StorageClass, nil)
 	if !errors.Is(err, ErrInvalidClaim) || !strings.Contains(err.Error(), `in another namespace (dataSourceRef PersistentVolumeClaim "src" in namespace "elsewhere") is not supported`) || state != controller.ProvisioningFinished {
 		t.Fatalf("cross-namespace: %v, %v", state, err)
 	}
@@ -386,7 +386,7 @@ func TestSnapshotRestore(t *testing.T) {
 			}
 			e := newEnv(t, envOptions{cfg: cfg, nodes: threeZones, objs: []runtime.Object{srcClaim, srcPV}, snapObjs: snapObjs,
 				sources: true, direct: copyingCSI{}})
-			class := makeClass("zonal").immediate()
+			class := makeClass("zonal").Immediate()
 			if tc.placement != "" {
 				class.Annotations = map[string]string{topology.AnnCopyPlacement: tc.placement}
 			}

@@ -32,7 +32,7 @@ func TestSecretsAndDelete(t *testing.T) {
 		nodes: threeZones,
 		objs:  []runtime.Object{secret("apps", "data-creds", map[string]string{"password": "hunter2"})},
 	})
-	class := makeClass("secure").withParams(
+	class := makeClass("secure").WithParams(
 		"csi.storage.k8s.io/provisioner-secret-name", "${pvc.name}-creds",
 		"csi.storage.k8s.io/provisioner-secret-namespace", "${pvc.namespace}",
 		"csi.storage.k8s.io/node-publish-secret-name", "publish-${pv.name}",
@@ -81,7 +81,7 @@ func TestSecretsAndDelete(t *testing.T) {
 
 func TestProvisionMissingSecret(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones})
-	class := makeClass("secure").immediate().withParams(
+	class := makeClass("secure").Immediate().WithParams(
 		"csi.storage.k8s.io/provisioner-secret-name", "absent",
 		"csi.storage.k8s.io/provisioner-secret-namespace", "apps")
 	_, state, err := e.provision(t, makePVC("a", "secure").PersistentVolumeClaim, class.StorageClass, nil)
@@ -117,16 +117,16 @@ func TestDeleteIgnoresOtherDrivers(t *testing.T) {
 // calling the driver.
 func TestDeletionSecrets(t *testing.T) {
 	creds := map[string]string{"password": "hunter2"}
-	other := makeClass("foreign").withParams("csi.storage.k8s.io/provisioner-secret-name", "data-creds",
+	other := makeClass("foreign").WithParams("csi.storage.k8s.io/provisioner-secret-name", "data-creds",
 		"csi.storage.k8s.io/provisioner-secret-namespace", "apps")
 	other.Provisioner = "other.example.com"
 	e := newEnv(t, envOptions{objs: []runtime.Object{
 		secret("apps", "data-creds", creds),
-		makeClass("secure").withParams("csi.storage.k8s.io/provisioner-secret-name", "${pvc.name}-creds",
+		makeClass("secure").WithParams("csi.storage.k8s.io/provisioner-secret-name", "${pvc.name}-creds",
 			"csi.storage.k8s.io/provisioner-secret-namespace", "${pvc.namespace}").StorageClass,
-		makeClass("shared").withParams("csi.storage.k8s.io/secret-name", "data-creds",
+		makeClass("shared").WithParams("csi.storage.k8s.io/secret-name", "data-creds",
 			"csi.storage.k8s.io/secret-namespace", "apps").StorageClass,
-		makeClass("by-annotation").withParams("csi.storage.k8s.io/provisioner-secret-name", "${pvc.annotations['team']}",
+		makeClass("by-annotation").WithParams("csi.storage.k8s.io/provisioner-secret-name", "${pvc.annotations['team']}",
 			"csi.storage.k8s.io/provisioner-secret-namespace", "apps").StorageClass,
 		other.StorageClass,
 	}})

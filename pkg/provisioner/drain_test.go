@@ -95,7 +95,7 @@ func TestStopFinishesInFlightCreate(t *testing.T) {
 			t.Cleanup(gate.release)
 			claim := makePVC("data", "zonal")
 			claim.Annotations = map[string]string{annStorageProvisioner: testDriver}
-			objs := []runtime.Object{makeClass("zonal").immediate().StorageClass, claim.PersistentVolumeClaim}
+			objs := []runtime.Object{makeClass("zonal").Immediate().StorageClass, claim.PersistentVolumeClaim}
 			for name, zone := range threeZones {
 				objs = append(objs, makeNode(name, zone), makeCSINode(name, zoneKey))
 			}

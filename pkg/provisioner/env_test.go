@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testobjects"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/informercache"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/sourceprotection"
@@ -233,54 +234,19 @@ func (e *env) provision(t *testing.T, claim *v1.PersistentVolumeClaim, class *st
 	})
 }
 
-func makeNode(name, zone string) *v1.Node {
-	labels := map[string]string{}
-	if zone != "" {
-		labels[zoneKey] = zone
-	}
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-}
+// makeNode is the Node name in zone (no zone label where zone is empty).
+func makeNode(name, zone string) *v1.Node { return testobjects.Node(name, zoneKey, zone) }
 
+// makeCSINode is node name's CSINode with testDriver's entry of these keys.
 func makeCSINode(name string, keys ...string) *storagev1.CSINode {
-	return &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{
-			{Name: testDriver, NodeID: name, TopologyKeys: keys},
-		}},
-	}
+	return testobjects.CSINode(name, testDriver, keys...)
 }
 
-type classBuilder struct{ *storagev1.StorageClass }
+// classBuilder builds the classes of the tests.
+type classBuilder = testobjects.Class
 
-func makeClass(name string) classBuilder {
-	mode := storagev1.VolumeBindingWaitForFirstConsumer
-	return classBuilder{&storagev1.StorageClass{
-		ObjectMeta:        metav1.ObjectMeta{Name: name},
-		Provisioner:       testDriver,
-		VolumeBindingMode: &mode,
-	}}
-}
-
-func (c classBuilder) immediate() classBuilder {
-	mode := storagev1.VolumeBindingImmediate
-	c.VolumeBindingMode = &mode
-	return c
-}
-
-func (c classBuilder) withAllowedZones(zones ...string) classBuilder {
-	c.AllowedTopologies = []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{
-		{Key: zoneKey, Values: zones},
-	}}}
-	return c
-}
-
-func (c classBuilder) withParams(kv ...string) classBuilder {
-	c.Parameters = map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		c.Parameters[kv[i]] = kv[i+1]
-	}
-	return c
-}
+// makeClass is the class name of testDriver; it waits for the first consumer.
+func makeClass(name string) classBuilder { return testobjects.NewClass(name, testDriver) }
 
 type claimBuilder struct{ *v1.PersistentVolumeClaim }
 

@@ -63,8 +63,8 @@ func TestExplainReadsProvisionerEvents(t *testing.T) {
 		"driver-says": makePVC("driver-says", "zonal").withSelectedNode("n1"),
 	}
 	objs := []runtime.Object{makeClass("zonal").StorageClass,
-		makeClass("typo").withParams("csi.storage.k8s.io/fs-type", "xfs").StorageClass,
-		makeClass("secret").withParams("csi.storage.k8s.io/provisioner-secret-name", "absent",
+		makeClass("typo").WithParams("csi.storage.k8s.io/fs-type", "xfs").StorageClass,
+		makeClass("secret").WithParams("csi.storage.k8s.io/provisioner-secret-name", "absent",
 			"csi.storage.k8s.io/provisioner-secret-namespace", "apps").StorageClass}
 	for _, c := range claims {
 		c.Annotations["volume.kubernetes.io/storage-provisioner"] = testDriver

@@ -18,12 +18,7 @@ import (
 // kept gives a claim a finalizer and an annotation of others, which every
 // write must keep.
 func kept(c claimBuilder) claimBuilder {
-	c.Finalizers = append(c.Finalizers, "example.com/keep")
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
-	}
-	c.Annotations["example.com/keep"] = "yes"
-	c.ResourceVersion = "7"
+	fakeclaims.MarkByOthers(c.PersistentVolumeClaim)
 	return c
 }
 
@@ -32,7 +27,7 @@ func kept(c claimBuilder) claimBuilder {
 // claim gone, replaced, being deleted or bound gets no CreateVolume, and
 // other finalizers and annotations stay.
 func TestRecordByUpdateWhenPatchRefused(t *testing.T) {
-	class := makeClass("zonal").immediate().StorageClass
+	class := makeClass("zonal").Immediate().StorageClass
 	bound := kept(makePVC("data", "zonal"))
 	bound.Spec.VolumeName = "pvc-uid-data"
 	replaced := kept(makePVC("data", "zonal"))

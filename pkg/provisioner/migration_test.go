@@ -91,7 +91,7 @@ func TestMigrationProvisionInTreeClass(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := ebsEnv(t)
-			class := makeClass("ebs").immediate().withParams()
+			class := makeClass("ebs").Immediate().WithParams()
 			class.Provisioner, class.AllowedTopologies = tc.provisioner, tc.allowed
 			for k, v := range tc.params {
 				class.Parameters[k] = v
@@ -172,7 +172,7 @@ func checkMigratedPV(t *testing.T, pv *v1.PersistentVolume, id, fsType, zone str
 // alone.
 func TestMigrationDelete(t *testing.T) {
 	creds := map[string]string{"password": "hunter2"}
-	inTreeClass := makeClass("ebs-secure").withParams("type", "gp3",
+	inTreeClass := makeClass("ebs-secure").WithParams("type", "gp3",
 		"csi.storage.k8s.io/provisioner-secret-name", "${pvc.name}-creds", "csi.storage.k8s.io/provisioner-secret-namespace", "${pvc.namespace}")
 	inTreeClass.Provisioner = ebsInTree
 	e := ebsEnv(t, secret("apps", "data-creds", creds), inTreeClass.StorageClass)

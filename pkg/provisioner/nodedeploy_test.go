@@ -64,7 +64,7 @@ func TestNodeDeploymentProvision(t *testing.T) {
 				objs: []runtime.Object{tc.inAPI}, driverStatus: tc.status})
 			c := class
 			if tc.given.Spec.StorageClassName != nil && *tc.given.Spec.StorageClassName == "elsewhere" {
-				c = makeClass("elsewhere").withAllowedZones("z2").StorageClass
+				c = makeClass("elsewhere").WithAllowedTopology(zoneKey, "z2").StorageClass
 			}
 			pv, state, err := e.provision(t, tc.given, c, makeNode("n1", "z1"))
 			var ignored *controller.IgnoredError
@@ -117,17 +117,17 @@ func TestNodeMayTake(t *testing.T) {
 		wantRefusal string
 	}{
 		{name: "unselected immediate claim", claim: makePVC("d", "imm").PersistentVolumeClaim,
-			class: makeClass("imm").immediate().StorageClass},
+			class: makeClass("imm").Immediate().StorageClass},
 		{name: "class allows another zone only", claim: makePVC("d", "imm").PersistentVolumeClaim,
-			class: makeClass("imm").immediate().withAllowedZones("z2").StorageClass, wantRefusal: "z1"},
+			class: makeClass("imm").Immediate().WithAllowedTopology(zoneKey, "z2").StorageClass, wantRefusal: "z1"},
 		{name: "room on the node", claim: makePVC("d", "imm").withSize("5Gi").PersistentVolumeClaim,
-			class: makeClass("imm").immediate().StorageClass, capacity: true},
+			class: makeClass("imm").Immediate().StorageClass, capacity: true},
 		{name: "no room on the node", claim: makePVC("d", "imm").withSize("20Gi").PersistentVolumeClaim,
-			class: makeClass("imm").immediate().StorageClass, capacity: true, wantRefusal: "bytes free on this node"},
+			class: makeClass("imm").Immediate().StorageClass, capacity: true, wantRefusal: "bytes free on this node"},
 		{name: "no room, capacity not asked", claim: makePVC("d", "imm").withSize("20Gi").PersistentVolumeClaim,
-			class: makeClass("imm").immediate().StorageClass},
+			class: makeClass("imm").Immediate().StorageClass},
 		{name: "driver silent", claim: makePVC("d", "imm").PersistentVolumeClaim,
-			class: makeClass("imm").immediate().StorageClass, status: silent, wantRefusal: "is not answering: no connection for 5s"},
+			class: makeClass("imm").Immediate().StorageClass, status: silent, wantRefusal: "is not answering: no connection for 5s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,7 +99,7 @@ func names(s cache.Store) []string {
 // have been applied, and no later event would correct the store.
 func TestLibraryWriteAfterHandBack(t *testing.T) {
 	classes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	for _, c := range []*storagev1.StorageClass{makeClass("wffc").StorageClass, makeClass("imm").immediate().StorageClass} {
+	for _, c := range []*storagev1.StorageClass{makeClass("wffc").StorageClass, makeClass("imm").Immediate().StorageClass} {
 		if err := classes.Add(c); err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,7 @@ func TestProvisionDelayedBinding(t *testing.T) {
 			wantRequisite: zoneTopo("z2"), wantPreferred: zoneTopo("z2"), wantZone: "z2",
 		},
 		{
-			name: "allowedTopologies limit requisite", class: makeClass("two").withAllowedZones("z1", "z3"), node: "n3",
+			name: "allowedTopologies limit requisite", class: makeClass("two").WithAllowedTopology(zoneKey, "z1", "z3"), node: "n3",
 			wantRequisite: zoneTopo("z1", "z3"), wantPreferred: zoneTopo("z3", "z1"), wantZone: "z3",
 		},
 	}
@@ -92,7 +92,7 @@ func TestProvisionDelayedBinding(t *testing.T) {
 func TestProvisionPV(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true, DefaultFSType: "ext4", Identity: "1700000000000-42-" + testDriver}, nodes: threeZones})
 	retain := v1.PersistentVolumeReclaimRetain
-	class := makeClass("c").withParams("type", "fast")
+	class := makeClass("c").WithParams("type", "fast")
 	class.ReclaimPolicy = &retain
 	class.MountOptions = []string{"noatime"}
 	claim := makePVC("db", "c").withSelectedNode("n1").withSize("3Gi")
@@ -138,7 +138,7 @@ func TestProvisionReschedule(t *testing.T) {
 		{name: "node has no CSINode", node: makeNode("lonely", "z1"), class: makeClass("c"), wantReason: topology.CSINodeMissing},
 		{name: "driver not registered on the node", node: makeNode("foreign", "z1"), class: makeClass("c"), wantReason: topology.DriverNotRegistered},
 		{name: "node lacks the zone label", node: makeNode("n1", ""), class: makeClass("c"), wantReason: topology.TopologyLabelMissing},
-		{name: "node outside allowedTopologies", node: makeNode("n3", "z3"), class: makeClass("c").withAllowedZones("z1", "z2"), wantReason: topology.OutsideAllowedTopologies},
+		{name: "node outside allowedTopologies", node: makeNode("n3", "z3"), class: makeClass("c").WithAllowedTopology(zoneKey, "z1", "z2"), wantReason: topology.OutsideAllowedTopologies},
 		{name: "node gone", node: nil, class: makeClass("c"), wantReason: topology.NodeNotFound},
 		{
 			name: "selected zone is full", node: makeNode("n2", "z2"), class: makeClass("c"),
@@ -199,7 +199,7 @@ func TestProvisionErrorStates(t *testing.T) {
 				c.Faults = []faults.Rule{{Method: "CreateVolume", Code: tc.code, Count: 1}}
 			}})
 			claim := makePVC("data", "c")
-			class := makeClass("c").immediate()
+			class := makeClass("c").Immediate()
 			var node *v1.Node
 			if !tc.immediate {
 				claim = claim.withSelectedNode("n1")
@@ -245,7 +245,7 @@ func TestRescheduleAfterBackgroundDeletesPendingVolume(t *testing.T) {
 
 func TestProvisionImmediate(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true, ImmediateTopology: true}, nodes: threeZones})
-	class := makeClass("imm").immediate().withAllowedZones("z2", "z3")
+	class := makeClass("imm").Immediate().WithAllowedTopology(zoneKey, "z2", "z3")
 	pv, _, err := e.provision(t, makePVC("data-web-0", "imm").PersistentVolumeClaim, class.StorageClass, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestProvisionImmediate(t *testing.T) {
 
 func TestProvisionWithoutTopologySupport(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: Config{SupportsTopology: false}, nodes: threeZones, mock: func(c *driver.Config) { c.DisableTopology = true }})
-	pv, _, err := e.provision(t, makePVC("data", "plain").PersistentVolumeClaim, makeClass("plain").immediate().StorageClass, nil)
+	pv, _, err := e.provision(t, makePVC("data", "plain").PersistentVolumeClaim, makeClass("plain").Immediate().StorageClass, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,16 +277,16 @@ func TestProvisionBadInput(t *testing.T) {
 		claim   claimBuilder
 		wantErr error
 	}{
-		{name: "unknown reserved parameter", class: makeClass("c").immediate().withParams("csi.storage.k8s.io/fs-type", "xfs"), claim: makePVC("a", "c"), wantErr: ErrInvalidParameter},
-		{name: "bad secret template", class: makeClass("c").immediate().withParams(
+		{name: "unknown reserved parameter", class: makeClass("c").Immediate().WithParams("csi.storage.k8s.io/fs-type", "xfs"), claim: makePVC("a", "c"), wantErr: ErrInvalidParameter},
+		{name: "bad secret template", class: makeClass("c").Immediate().WithParams(
 			"csi.storage.k8s.io/provisioner-secret-name", "${pvc.uid}", "csi.storage.k8s.io/provisioner-secret-namespace", "ns"),
 			claim: makePVC("a", "c"), wantErr: ErrSecretTemplate},
 		{name: "invalid allowedTopologies", class: func() classBuilder {
-			c := makeClass("c").immediate()
+			c := makeClass("c").Immediate()
 			c.AllowedTopologies = []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: zoneKey}}}}
 			return c
 		}(), claim: makePVC("a", "c"), wantErr: topology.ErrInvalidTopology},
-		{name: "claim with a selector", class: makeClass("c").immediate(), claim: func() claimBuilder {
+		{name: "claim with a selector", class: makeClass("c").Immediate(), claim: func() claimBuilder {
 			c := makePVC("a", "c")
 			c.Spec.Selector = &metav1.LabelSelector{}
 			return c
@@ -306,7 +306,7 @@ func TestProvisionBadInput(t *testing.T) {
 	}
 	t.Run("impossible size", func(t *testing.T) {
 		e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true}, nodes: threeZones})
-		_, state, err := e.provision(t, makePVC("huge", "c").withSize("4Pi").PersistentVolumeClaim, makeClass("c").immediate().StorageClass, nil)
+		_, state, err := e.provision(t, makePVC("huge", "c").withSize("4Pi").PersistentVolumeClaim, makeClass("c").Immediate().StorageClass, nil)
 		if state != controller.ProvisioningFinished || err == nil || !strings.Contains(err.Error(), "OutOfRange") {
 			t.Fatalf("Provision = %v, %v; want a final OutOfRange error", state, err)
 		}

@@ -54,7 +54,7 @@ func TestProvisionNamesPVAfterVolume(t *testing.T) {
 			claim := namedClaim()
 			e := newEnv(t, envOptions{cfg: Config{SupportsTopology: true, ExtraCreateMetadata: true, VolumeNamePrefix: tc.prefix,
 				VolumeNameUUIDLength: tc.length}, nodes: threeZones, records: true, objs: []runtime.Object{claim.PersistentVolumeClaim}})
-			class := makeClass("zonal").withParams(
+			class := makeClass("zonal").WithParams(
 				"csi.storage.k8s.io/node-publish-secret-name", "${pv.name}",
 				"csi.storage.k8s.io/node-publish-secret-namespace", "${pvc.namespace}")
 			// The library's name, which Provision must not use.

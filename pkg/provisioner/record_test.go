@@ -54,7 +54,7 @@ func (c claimBuilder) withRecord() claimBuilder {
 // answer, before the driver is asked; a claim gone, being deleted or bound
 // gets no CreateVolume.
 func TestRecordBeforeCreateVolume(t *testing.T) {
-	class := makeClass("zonal").immediate().StorageClass
+	class := makeClass("zonal").Immediate().StorageClass
 	tests := []struct {
 		name        string
 		inAPI       *v1.PersistentVolumeClaim // nil: the claim is gone
@@ -113,7 +113,7 @@ func TestRecordBeforeCreateVolume(t *testing.T) {
 // TestClearVolume: the volume of a deleted claim is found by name and
 // deleted; what cannot be learnt is abandoned with a reason.
 func TestClearVolume(t *testing.T) {
-	class := makeClass("zonal").immediate().StorageClass
+	class := makeClass("zonal").Immediate().StorageClass
 	tests := []struct {
 		name string
 		// provision first: a volume of the claim's name exists.
@@ -133,7 +133,7 @@ func TestClearVolume(t *testing.T) {
 		{name: "class gone, request remembered", provision: true, remember: true, want: inflight.OutcomeDeleted},
 		{name: "class gone, nothing remembered", provision: true, want: inflight.OutcomeAbandoned, wantVolumes: 1, wantInReason: "StorageClass is gone"},
 		{name: "class now has other parameters", provision: true,
-			class: makeClass("zonal").immediate().withParams("tier", "gold").StorageClass,
+			class: makeClass("zonal").Immediate().WithParams("tier", "gold").StorageClass,
 			want:  inflight.OutcomeAbandoned, wantVolumes: 1, wantInReason: "other parameters"},
 	}
 	for _, tc := range tests {

@@ -135,7 +135,7 @@ func TestBuildCreateRequestCapabilities(t *testing.T) {
 				block := v1.PersistentVolumeBlock
 				claim.Spec.VolumeMode = &block
 			}
-			class := makeClass("c").withParams(classparams.FSTypeKey, "xfs")
+			class := makeClass("c").WithParams(classparams.FSTypeKey, "xfs")
 			class.MountOptions = []string{"noatime"}
 			req, err := p.buildCreateRequest(t.Context(), controller.ProvisionOptions{PVC: claim, StorageClass: class.StorageClass, PVName: "pvc-uid-data"})
 			if err != nil {

@@ -42,7 +42,7 @@ func forbiddenAPI(t *testing.T, ctx context.Context) *optionalapi.API {
 // refused with a message that names the rule.
 func TestAttributesClassWithoutList(t *testing.T) {
 	gold := makeVAC("gold", testDriver, map[string]string{"iops": "5000"})
-	class := makeClass("zonal").immediate().StorageClass
+	class := makeClass("zonal").Immediate().StorageClass
 	for _, tc := range []struct {
 		name       string
 		getRefused bool

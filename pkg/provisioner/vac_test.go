@@ -24,7 +24,7 @@ func (c claimBuilder) withAttributesClass(name string) claimBuilder {
 func TestAttributesClass(t *testing.T) {
 	gold := makeVAC("gold", testDriver, map[string]string{"iops": "5000", "throughput": "250"})
 	foreign := makeVAC("foreign", "other.example.com", map[string]string{"iops": "1"})
-	class := makeClass("zonal").immediate().withParams(
+	class := makeClass("zonal").Immediate().WithParams(
 		"csi.storage.k8s.io/controller-modify-secret-name", "modify-${pvc.name}",
 		"csi.storage.k8s.io/controller-modify-secret-namespace", "${pvc.namespace}")
 	for _, tc := range []struct {
@@ -86,7 +86,7 @@ func TestAttributesClassIgnored(t *testing.T) {
 	cfg.IgnoreAttributesClasses = true
 	e := newEnv(t, envOptions{cfg: cfg, nodes: threeZones, sources: true})
 	claim := makePVC("data", "zonal").withAttributesClass("missing")
-	pv, _, err := e.provision(t, claim.PersistentVolumeClaim, makeClass("zonal").immediate().StorageClass, nil)
+	pv, _, err := e.provision(t, claim.PersistentVolumeClaim, makeClass("zonal").Immediate().StorageClass, nil)
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}

@@ -5,6 +5,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testobjects"
 )
 
 const (
@@ -30,12 +32,7 @@ func makeNode(name string, labels map[string]string) *v1.Node {
 }
 
 func makeCSINode(name, driver string, keys ...string) *storagev1.CSINode {
-	return &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{
-			{Name: driver, NodeID: name, TopologyKeys: keys},
-		}},
-	}
+	return testobjects.CSINode(name, driver, keys...)
 }
 
 func seg(kv ...string) Segment {
