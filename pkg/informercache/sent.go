@@ -13,7 +13,8 @@ import (
 // the shared store so that its other readers see only what the API
 // returned. One goes once the informer has an event of its key, or after
 // sentTTL (the PV was deleted before the watch brought it). Safe for
-// concurrent use.
+// concurrent use. Not client-go's MutationCache: its LRU keeps 100 objects,
+// so a burst's new PVs would page out before their watch events came.
 type SentObjects struct {
 	mu   sync.Mutex
 	objs map[string]sentObject

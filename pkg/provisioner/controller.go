@@ -239,12 +239,10 @@ func NewController(ctx context.Context, cfg ControllerConfig, clients Clients, c
 }
 
 // libraryInformers are the informers of claims and PVs the library is
-// given (replayInformer).
+// given (replayInformer); the PVs' holds the PV the library sent aside.
 func libraryInformers(inf controllerInformers) (claims, volumes *replayInformer, err error) {
-	if claims, err = newReplayInformer(inf.claims, pendingClaim); err != nil {
-		return nil, nil, fmt.Errorf("watching claims: %w", err)
-	}
-	if volumes, err = newReplayInformer(inf.volumes, volumeToDelete); err != nil {
+	claims, volumes = newReplayInformer(inf.claims, pendingClaim), newReplayInformer(inf.volumes, volumeToDelete)
+	if err := volumes.holdSentAside(); err != nil {
 		return nil, nil, fmt.Errorf("watching PVs: %w", err)
 	}
 	return claims, volumes, nil

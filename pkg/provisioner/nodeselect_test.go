@@ -120,14 +120,10 @@ func TestLibraryWriteAfterHandBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nd := &nodedeploy.Config{NodeName: "node-1", ImmediateBinding: tc.immediate, LabelSelection: true}
-			inf, err := newReplayInformer(cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.PersistentVolumeClaim{}, 0, cache.Indexers{}), pendingClaim)
-			if err != nil {
-				t.Fatal(err)
-			}
+			inf := newReplayInformer(cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.PersistentVolumeClaim{}, 0, cache.Indexers{}), pendingClaim)
 			inf.keep = nd.KeepAfterWrite(testDriver, lister)
 			// The watch's delete came first: the store is empty when the
-			// library writes its copy, one it read from the API.
-			tc.claim.ResourceVersion = "7"
+			// library writes its copy.
 			if err := inf.GetStore().Update(tc.claim); err != nil {
 				t.Fatal(err)
 			}

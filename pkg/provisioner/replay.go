@@ -32,27 +32,27 @@ type replayInformer struct {
 	// keep, when set, gates the library's own writes to the store (see
 	// GetStore): an object it rejects is removed instead of written.
 	keep func(obj any) bool
-	// sent holds the library's writes without a resourceVersion (see
-	// GetStore).
+	// sent, when set (holdSentAside), holds the library's writes without a
+	// resourceVersion (see GetStore).
 	sent *informercache.SentObjects
 
 	mu       sync.Mutex
 	handlers []cache.ResourceEventHandler
 }
 
-// GetStore returns the informer's store as the library writes it: an
-// object without a resourceVersion is held aside (SentObjects), and the
-// library's other writes are gated by keep when it is set.
+// GetStore returns the informer's store as the library writes it: with
+// holdSentAside, an object without a resourceVersion is held aside
+// (SentObjects); the library's other writes are gated by keep when it is
+// set.
 //
 // Why aside: after creating a PV the library adds the PV it sent, which
 // has no resourceVersion, UID or creationTimestamp, to the store, so that
 // it sees the PV before the watch brings it. Written into the shared
 // store, that copy would replace the watch's when the watch was first,
-// until the PV's next event, and every reader of the informer
-// (bind-through's binder, the in-flight record's keeper) could see a PV
-// the API never returned: a write from it carries no resourceVersion and
-// is applied unconditionally. Held aside, the library alone reads it back,
-// until the informer holds the PV.
+// until the PV's next event: bind-through's binder and the in-flight
+// record's keeper would see a PV the API never returned, and a write from
+// it, without a resourceVersion, is applied unconditionally. Held aside,
+// the library alone reads it back, until the informer holds the PV.
 //
 // Why keep: after a reschedule the library writes its copy of the claim
 // (with the old labels and resourceVersion) into the store. With node
@@ -61,13 +61,17 @@ type replayInformer struct {
 // applied, that write would bring the claim back into a store that no
 // later event will ever correct.
 func (i *replayInformer) GetStore() cache.Store {
-	return &gatedStore{Store: i.SharedIndexInformer.GetStore(), keep: i.keep, sent: i.sent}
+	store := i.SharedIndexInformer.GetStore()
+	if i.keep == nil && i.sent == nil {
+		return store
+	}
+	return &gatedStore{Store: store, keep: i.keep, sent: i.sent}
 }
 
 // gatedStore is a store whose Add and Update hold an object without a
-// resourceVersion aside in sent, write only what keep (when set) accepts,
-// and delete the rest. Get and GetByKey return the informer's copy, or
-// the one held aside when the informer holds none.
+// resourceVersion aside in sent (when set), write only what keep (when
+// set) accepts, and delete the rest. Get and GetByKey return the
+// informer's copy, or the one held aside when the informer holds none.
 type gatedStore struct {
 	cache.Store
 	keep func(obj any) bool
@@ -77,7 +81,7 @@ type gatedStore struct {
 func (s *gatedStore) Add(obj any) error { return s.Update(obj) }
 
 func (s *gatedStore) Update(obj any) error {
-	if m, err := meta.Accessor(obj); err == nil && m.GetResourceVersion() == "" {
+	if m, err := meta.Accessor(obj); s.sent != nil && err == nil && m.GetResourceVersion() == "" {
 		key, err := cache.MetaNamespaceKeyFunc(obj)
 		if err != nil {
 			return err
@@ -104,21 +108,27 @@ func (s *gatedStore) Get(obj any) (any, bool, error) {
 
 func (s *gatedStore) GetByKey(key string) (any, bool, error) {
 	obj, held, err := s.Store.GetByKey(key)
-	if err != nil || held {
+	if err != nil || held || s.sent == nil {
 		return obj, held, err
 	}
 	obj, held = s.sent.Get(key)
 	return obj, held, nil
 }
 
-// newReplayInformer wraps inf; it adds a handler to inf, which lets go of
-// the objects held aside (GetStore) once inf has their events.
-func newReplayInformer(inf cache.SharedIndexInformer, wanted func(obj any) bool) (*replayInformer, error) {
-	i := &replayInformer{SharedIndexInformer: inf, wanted: wanted, sent: informercache.NewSentObjects()}
-	if _, err := inf.AddEventHandler(i.sent.Handler()); err != nil {
-		return nil, err
+func newReplayInformer(inf cache.SharedIndexInformer, wanted func(obj any) bool) *replayInformer {
+	return &replayInformer{SharedIndexInformer: inf, wanted: wanted}
+}
+
+// holdSentAside holds the library's writes without a resourceVersion aside
+// (see GetStore), through a handler added to the informer, which lets go
+// of them once the informer has their events.
+func (i *replayInformer) holdSentAside() error {
+	sent := informercache.NewSentObjects()
+	if _, err := i.SharedIndexInformer.AddEventHandler(sent.Handler()); err != nil {
+		return err
 	}
-	return i, nil
+	i.sent = sent
+	return nil
 }
 
 // remember keeps h for replay and returns the handler to register: h

@@ -30,10 +30,7 @@ func TestReplayInformer(t *testing.T) {
 		bound.PersistentVolumeClaim}
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(objs...), 0)
 	inf := factory.Core().V1().PersistentVolumeClaims().Informer()
-	wrapped, err := newReplayInformer(inf, pendingClaim)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wrapped := newReplayInformer(inf, pendingClaim)
 
 	var mu sync.Mutex
 	var updates, direct []string
@@ -81,8 +78,8 @@ func TestLibraryStoreHoldsTheSentPVAside(t *testing.T) {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	inf := factory.Core().V1().PersistentVolumes().Informer()
-	wrapped, err := newReplayInformer(inf, volumeToDelete)
-	if err != nil {
+	wrapped := newReplayInformer(inf, volumeToDelete)
+	if err := wrapped.holdSentAside(); err != nil {
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())
