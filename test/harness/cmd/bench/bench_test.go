@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
 )
 
 // TestBenchSmoke runs the smallest benchmark (3 nodes, 5 claims, one rep of
@@ -200,5 +202,50 @@ func TestBenchBindThroughSmoke(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// TestBenchCompareWFFCSmoke runs the wffc scenario at a smoke size with
+// upstream external-provisioner v6.3.0 as --compare, so that upstream's
+// WaitForFirstConsumer rows (capacity tracking in upstream's terms: $NAMESPACE,
+// --capacity-ownerref-level=-1) cannot rot: every pod scheduled with each
+// scheduler, every check passed, for ours and for theirs. It asserts no
+// timing.
+func TestBenchCompareWFFCSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := controlplane.BuildUpstream(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Sizes: []int{3}, Scenarios: []string{"wffc"}, Claims: 5, Reps: 1, Compare: up.Provisioner,
+		ControllerManagerQPS: fastControllerManagerQPS, BinDir: os.Getenv("CSI_TOPOLOGY_TEST_BIN_DIR")}
+	report, err := Run(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range report.Runs {
+		seen[r.Contender+" "+r.Scheduler] = true
+		if len(r.Failures) > 0 {
+			t.Errorf("%s, %s scheduler: checks failed: %v", r.Contender, r.Scheduler, r.Failures)
+		}
+		if r.ToAllScheduled <= 0 || r.ToAll <= 0 {
+			t.Errorf("%s, %s scheduler: start → all scheduled %v s, all Bound %v s", r.Contender, r.Scheduler, r.ToAllScheduled, r.ToAll)
+		}
+	}
+	for _, want := range []string{"ours stock", "ours plugin", "theirs stock", "theirs plugin"} {
+		if !seen[want] {
+			t.Errorf("no wffc run of %s scheduler; runs: %v", want, seen)
+		}
+	}
+	if table := report.Markdown(); !strings.Contains(table, "| theirs |") {
+		t.Errorf("table lacks upstream's rows:\n%s", table)
 	}
 }

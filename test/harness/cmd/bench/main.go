@@ -294,7 +294,7 @@ func (e *env) runRounds(ctx context.Context, contenders []string, report *Report
 				}
 				results = append(results, r)
 			}
-			if e.opts.has("wffc") && (c == ours || c == oursBind) {
+			if e.opts.has("wffc") {
 				rs, err := e.runWFFC(ctx, c, rep)
 				if err != nil {
 					return fmt.Errorf("wffc, %s, rep %d: %w", c, rep, err)

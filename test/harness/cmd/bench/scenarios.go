@@ -53,13 +53,19 @@ type launched struct {
 // launch starts the contender's provisioner as the lab's and waits until
 // it logs that its informers have synced.
 func (e *env) launch(ctx context.Context, contender string, o *observer, extra ...string) (*launched, error) {
+	return e.launchEnv(ctx, contender, o, nil, extra...)
+}
+
+// launchEnv is launch with env ("NAME=value") added to the provisioner's
+// environment.
+func (e *env) launchEnv(ctx context.Context, contender string, o *observer, env []string, extra ...string) (*launched, error) {
 	binary := e.provisionerBinary(contender)
 	args := append(append(append([]string(nil), commonArgs...), extra...), e.opts.ProvisionerArgs...)
 	if contender == oursBind {
 		args = append(args, "--bind-through")
 	}
 	return e.launchWith(ctx, contender, binary, o, func() (*controlplane.Process, error) {
-		if err := e.lab.StartProvisionerBinary(binary, args...); err != nil {
+		if err := e.lab.StartProvisionerBinaryEnv(binary, env, args...); err != nil {
 			return nil, err
 		}
 		return e.lab.Provisioner(), nil

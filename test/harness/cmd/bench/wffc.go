@@ -20,7 +20,15 @@ import (
 // capacityArgs turn capacity tracking on for the wffc runs.
 var capacityArgs = []string{"--enable-capacity", "--capacity-namespace=" + lab.CapacityNamespace, "--capacity-poll-interval=1h"}
 
-// runWFFC is scenario B with our provisioner (contender ours or oursBind): N pod + claim pairs of a
+// upstreamCapacity are capacityArgs in upstream external-provisioner's
+// terms: it has no --capacity-namespace but reads $NAMESPACE, and it needs
+// --capacity-ownerref-level=-1 to publish without an owning Pod.
+var upstreamCapacity = struct{ args, env []string }{
+	args: []string{"--enable-capacity", "--capacity-ownerref-level=-1", "--capacity-poll-interval=1h"},
+	env:  []string{"NAMESPACE=" + lab.CapacityNamespace},
+}
+
+// runWFFC is scenario B with any contender: N pod + claim pairs of a
 // WaitForFirstConsumer class, with capacity tracking on, scheduled once by
 // the stock kube-scheduler and once by csi-topology-scheduler (the plugin).
 func (e *env) runWFFC(ctx context.Context, contender string, rep int) ([]Result, error) {
@@ -80,7 +88,12 @@ func (e *env) runWFFCWith(ctx context.Context, contender string, rep int, sched 
 		return r, err
 	}
 	defer o.Stop()
-	l, err := e.launch(ctx, contender, o, capacityArgs...)
+	var l *launched
+	if contender == theirs {
+		l, err = e.launchEnv(ctx, contender, o, upstreamCapacity.env, upstreamCapacity.args...)
+	} else {
+		l, err = e.launch(ctx, contender, o, capacityArgs...)
+	}
 	if err != nil {
 		return r, err
 	}
