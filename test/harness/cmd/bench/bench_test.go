@@ -68,6 +68,14 @@ func TestBenchSmoke(t *testing.T) {
 	if backlog.PeakRSS <= 0 {
 		t.Errorf("backlog: no peak RSS")
 	}
+	for name, w := range map[string]*MachineWindow{"all PVs": backlog.MachineToAllPVs, "all Bound": backlog.MachineToAllBound} {
+		if w == nil || w.Busy <= 0 || w.Busy > 1 || w.APIServerPerVolume <= 0 {
+			t.Errorf("backlog: the machine from the launch to %s: %+v, want a busy share in (0, 1] and the API server's CPU", name, w)
+		}
+	}
+	if table := report.Markdown(); !strings.Contains(table, "### The machine in the backlog") {
+		t.Errorf("table lacks the machine's:\n%s", table)
+	}
 	if got := del.Requests["delete persistentvolumes"]; got < 5 {
 		t.Errorf("delete: the audit log has %d PV deletes by the provisioner, want at least 5 (requests: %v)", got, del.Requests)
 	}

@@ -27,8 +27,12 @@ type observer struct {
 	bound, scheduled         map[string]time.Time
 	cpuFirstPV, cpuLastPV    float64
 	cpuFirstGone, cpuLastGon float64
-	changed                  chan struct{}
-	stop                     context.CancelFunc
+	// machine, when set, is sampled into atStart (watchMachine), atAllPVs
+	// and atAllBound (the wanted counts reached).
+	machine                       *machineProbe
+	atStart, atAllPVs, atAllBound *machineSample
+	changed                       chan struct{}
+	stop                          context.CancelFunc
 }
 
 // observe starts watching ns (and the PVs of its claims) and returns once
@@ -95,8 +99,31 @@ func (o *observer) setPid(pid int) {
 	o.mu.Unlock()
 }
 
+// watchMachine samples the machine now, and once all wanted PVs exist and
+// once all claims are Bound.
+func (o *observer) watchMachine(p *machineProbe) {
+	s := p.sample()
+	o.mu.Lock()
+	o.machine, o.atStart = p, &s
+	o.mu.Unlock()
+}
+
+// sampleMachine returns a machine sample, nil without a probe; o.mu held.
+func (o *observer) sampleMachine() *machineSample {
+	if o.machine == nil {
+		return nil
+	}
+	s := o.machine.sample()
+	return &s
+}
+
 func (o *observer) pvAdd(obj any) {
 	o.pvEvent(obj, o.pvAdded, &o.cpuFirstPV, &o.cpuLastPV)
+	o.mu.Lock()
+	if len(o.pvAdded) == o.want && o.atAllPVs == nil {
+		o.atAllPVs = o.sampleMachine()
+	}
+	o.mu.Unlock()
 }
 
 func (o *observer) pvDelete(obj any) {
@@ -142,6 +169,9 @@ func (o *observer) claim(obj any) {
 	defer o.mu.Unlock()
 	if _, ok := o.bound[c.Name]; !ok {
 		o.bound[c.Name] = time.Now()
+		if len(o.bound) == o.want {
+			o.atAllBound = o.sampleMachine()
+		}
 		o.notify()
 	}
 }

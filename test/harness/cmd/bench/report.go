@@ -152,6 +152,7 @@ func (r *Report) Markdown() string {
 	if r.Options.BindThroughContender {
 		b.WriteString(bindingTable(groups))
 	}
+	b.WriteString(machineTable(groups))
 	b.WriteString(schedulerTable(groups))
 	b.WriteString(nodeMemoryTable(groups))
 	b.WriteString("\n### API requests per volume by verb and resource (medians)\n\n| scenario | nodes | provisioner | requests |\n|---|---|---|---|\n")

@@ -37,6 +37,10 @@ type Result struct {
 	// ToAllPVs is start -> all PVs created, as the benchmark's watch saw
 	// the last: what the provisioner alone needs, before any binding.
 	ToAllPVs float64 `json:"startToAllPVs,omitempty"`
+	// MachineToAllPVs and MachineToAllBound are the machine's CPU from the
+	// launch to all PVs created and to all claims Bound (backlog).
+	MachineToAllPVs   *MachineWindow `json:"machineToAllPVs,omitempty"`
+	MachineToAllBound *MachineWindow `json:"machineToAllBound,omitempty"`
 	// ToAllScheduled is start -> all pods scheduled (wffc).
 	ToAllScheduled float64 `json:"startToAllScheduled,omitempty"`
 	// P50 and P99 are per claim, create -> Bound (backlog: from the later of

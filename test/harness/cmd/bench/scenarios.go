@@ -210,6 +210,11 @@ func (e *env) runBacklog(ctx context.Context, contender string, rep int, withDel
 		}
 		args = append(append([]string(nil), args...), pargs...)
 	}
+	if probe, err := e.machineProbe(); err != nil {
+		klog.FromContext(ctx).Error(err, "Finding the control plane's processes; the machine's CPU is not reported")
+	} else {
+		o.watchMachine(probe)
+	}
 	l, err := e.launch(ctx, contender, o, args...)
 	if err != nil {
 		return nil, err
@@ -243,6 +248,8 @@ func (e *env) finishCreate(ctx context.Context, r *Result, o *observer, l *launc
 	r.ToAllPVs = last.Sub(start).Seconds()
 	r.P50, r.P99 = latencies(created, o.bound, start)
 	r.CPUSteadyPerVolume = (o.cpuLastPV - o.cpuFirstPV) / float64(r.Volumes)
+	r.MachineToAllPVs = window(o.atStart, o.atAllPVs, r.Volumes)
+	r.MachineToAllBound = window(o.atStart, o.atAllBound, r.Volumes)
 	o.mu.Unlock()
 	r.Startup, r.CPUStartup, r.RSSSynced = l.synced.Sub(l.start).Seconds(), l.cpuSynced, l.rssSynced
 	end, reqs, err := e.settle(ctx, start)
