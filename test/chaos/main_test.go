@@ -31,24 +31,7 @@ import (
 
 // schedulerConfig runs the CSITopology plugin in the cluster's only
 // scheduler profile.
-const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: "{{KUBECONFIG}}"
-leaderElection:
-  leaderElect: false
-profiles:
-  - schedulerName: default-scheduler
-    plugins:
-      preFilter: {enabled: [{name: CSITopology}]}
-      filter: {enabled: [{name: CSITopology}]}
-      preScore: {enabled: [{name: CSITopology}]}
-      score: {enabled: [{name: CSITopology, weight: 3}]}
-      reserve: {enabled: [{name: CSITopology}]}
-    pluginConfig:
-      - name: CSITopology
-        args: {driverName: mock.csi.example.com}
-`
+var schedulerConfig = lab.PluginSchedulerConfig(lab.PluginScheduler{})
 
 // csiTimeout is the provisioner's --timeout; the slow-call faults outlast it.
 const csiTimeout = 4 * time.Second

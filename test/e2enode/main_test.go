@@ -30,24 +30,9 @@ import (
 // schedulerConfig runs the CSITopology plugin in the cluster's only
 // scheduler profile, as test/e2eplugin does, with capacity tracking and the
 // driver heartbeat (the publishers' Leases in lab.PublisherNamespace) on.
-const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: "{{KUBECONFIG}}"
-leaderElection:
-  leaderElect: false
-profiles:
-  - schedulerName: default-scheduler
-    plugins:
-      preFilter: {enabled: [{name: CSITopology}]}
-      filter: {enabled: [{name: CSITopology}]}
-      preScore: {enabled: [{name: CSITopology}]}
-      score: {enabled: [{name: CSITopology, weight: 3}]}
-      reserve: {enabled: [{name: CSITopology}]}
-    pluginConfig:
-      - name: CSITopology
-        args: {driverName: mock.csi.example.com, capacity: true, driverHeartbeat: true, heartbeatNamespace: csi-topology}
-`
+var schedulerConfig = lab.PluginSchedulerConfig(lab.PluginScheduler{
+	Args: []string{"capacity: true", "driverHeartbeat: true", "heartbeatNamespace: " + lab.PublisherNamespace},
+})
 
 const (
 	gi = int64(1) << 30

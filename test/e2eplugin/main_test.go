@@ -18,24 +18,9 @@ import (
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/lab"
 )
 
-const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: "{{KUBECONFIG}}"
-leaderElection:
-  leaderElect: false
-profiles:
-  - schedulerName: default-scheduler
-    plugins:
-      preFilter: {enabled: [{name: CSITopology}]}
-      filter: {enabled: [{name: CSITopology}]}
-      preScore: {enabled: [{name: CSITopology}]}
-      score: {enabled: [{name: CSITopology, weight: 3}]}
-      reserve: {enabled: [{name: CSITopology}]}
-    pluginConfig:
-      - name: CSITopology
-        args: {driverName: mock.csi.example.com}
-`
+// schedulerConfig runs the CSITopology plugin in the cluster's only
+// scheduler profile.
+var schedulerConfig = lab.PluginSchedulerConfig(lab.PluginScheduler{})
 
 // serviceAccountConfig is schedulerConfig for csi-topology-scheduler running
 // under its ServiceAccount with the RBAC of
@@ -45,29 +30,11 @@ profiles:
 // slowed down by a loaded machine (a renewal may take seconds): a scheduler
 // that loses its lease exits, and nothing schedules after that. Restarts
 // stay quick because kube-scheduler releases its lease when stopped.
-const serviceAccountConfig = `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: "{{KUBECONFIG}}"
-leaderElection:
-  leaderElect: true
-  resourceName: csi-topology-scheduler
-  resourceNamespace: csi-topology
-  leaseDuration: 40s
-  renewDeadline: 30s
-  retryPeriod: 1s
-profiles:
-  - schedulerName: default-scheduler
-    plugins:
-      preFilter: {enabled: [{name: CSITopology}]}
-      filter: {enabled: [{name: CSITopology}]}
-      preScore: {enabled: [{name: CSITopology}]}
-      score: {enabled: [{name: CSITopology, weight: 3}]}
-      reserve: {enabled: [{name: CSITopology}]}
-    pluginConfig:
-      - name: CSITopology
-        args: {driverName: mock.csi.example.com, heartbeatNamespace: csi-topology}
-`
+var serviceAccountConfig = lab.PluginSchedulerConfig(lab.PluginScheduler{
+	LeaderElection: []string{"leaderElect: true", "resourceName: csi-topology-scheduler", "resourceNamespace: csi-topology",
+		"leaseDuration: 40s", "renewDeadline: 30s", "retryPeriod: 1s"},
+	Args: []string{"heartbeatNamespace: csi-topology"},
+})
 
 const gi = int64(1) << 30
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,52 @@ import (
 // (deploy/kubernetes/components/scheduler-plugin): pods opt in with
 // spec.schedulerName.
 const SecondSchedulerName = "csi-topology-scheduler"
+
+// PluginScheduler says how PluginSchedulerConfig runs the CSITopology plugin.
+type PluginScheduler struct {
+	// LeaderElection are the fields of the configuration's leaderElection,
+	// one YAML line each ("leaderElect: true"); none is "leaderElect: false".
+	LeaderElection []string
+	// Args are the plugin's args beside driverName (DriverName), as YAML
+	// flow mapping entries ("capacity: true").
+	Args []string
+}
+
+// PluginSchedulerConfig returns a KubeSchedulerConfiguration (for
+// controlplane.Options.SchedulerConfig) that runs the CSITopology plugin at
+// every extension point it implements (preFilter, filter, preScore, score
+// with weight 3, reserve) in the cluster's only scheduler profile,
+// default-scheduler. For example, PluginSchedulerConfig(PluginScheduler{})
+// ends in
+//
+//	pluginConfig:
+//	  - name: CSITopology
+//	    args: {driverName: mock.csi.example.com}
+func PluginSchedulerConfig(s PluginScheduler) string {
+	election := s.LeaderElection
+	if len(election) == 0 {
+		election = []string{"leaderElect: false"}
+	}
+	args := append([]string{"driverName: " + DriverName}, s.Args...)
+	return `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: "{{KUBECONFIG}}"
+leaderElection:
+  ` + strings.Join(election, "\n  ") + `
+profiles:
+  - schedulerName: default-scheduler
+    plugins:
+      preFilter: {enabled: [{name: CSITopology}]}
+      filter: {enabled: [{name: CSITopology}]}
+      preScore: {enabled: [{name: CSITopology}]}
+      score: {enabled: [{name: CSITopology, weight: 3}]}
+      reserve: {enabled: [{name: CSITopology}]}
+    pluginConfig:
+      - name: CSITopology
+        args: {` + strings.Join(args, ", ") + `}
+`
+}
 
 // ShippedSchedulerConfig returns the KubeSchedulerConfiguration that the
 // mock overlay (deploy/kubernetes/overlays/mock) ships in its ConfigMap
