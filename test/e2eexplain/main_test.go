@@ -52,14 +52,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{AuditPolicy: auditPolicy}, func(ctx context.Context, c *controlplane.Cluster) error {
-		var err error
-		env, err = lab.Setup(ctx, c, lab.Config{Zones: []string{"z1", "z2"}, NodesPerZone: 1, CapacityBytes: 100 * gi,
-			ProvisionerArgs: append(append([]string{}, leaderArgs...), capacityArgs...)})
-		if err != nil {
-			return err
-		}
-		client = c.Client
+	cfg := lab.Config{Zones: []string{"z1", "z2"}, NodesPerZone: 1, CapacityBytes: 100 * gi,
+		ProvisionerArgs: append(append([]string{}, leaderArgs...), capacityArgs...)}
+	os.Exit(lab.RunTestMain(m, controlplane.Options{AuditPolicy: auditPolicy}, cfg, func(ctx context.Context, l *lab.Lab) error {
+		env, client = l, l.Cluster.Client
+		c := l.Cluster
 		dir := filepath.Join(c.Dir, "explain-bin")
 		if err := controlplane.BuildProject(ctx, c.RepoRoot, dir, "./cmd/kubectl-csi_topology"); err != nil {
 			return err

@@ -29,10 +29,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controlplane.RunTestMain(m, controlplane.Options{}, func(ctx context.Context, c *controlplane.Cluster) error {
-		var err error
-		env, err = lab.Setup(ctx, c, lab.ZonesAndRacks())
-		client = c.Client
-		return err
+	os.Exit(lab.RunTestMain(m, controlplane.Options{}, lab.ZonesAndRacks(), func(_ context.Context, l *lab.Lab) error {
+		env, client = l, l.Cluster.Client
+		return nil
 	}))
 }
