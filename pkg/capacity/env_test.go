@@ -2,16 +2,13 @@ package capacity
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testdriver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testobjects"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 )
@@ -26,40 +23,7 @@ const (
 // with the zones z1, z2 and z3 of 10 GiB each.
 func startMock(t *testing.T, ctx context.Context) (*driver.Driver, csi.ControllerClient) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "capacity")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "csi.sock")
-	cfg := driver.Config{
-		Endpoint: "unix://" + socket,
-		Mode:     driver.ModeController,
-		Segments: []driver.SegmentConfig{
-			{Topology: map[string]string{"zone": "z1"}, CapacityBytes: 10 * gi},
-			{Topology: map[string]string{"zone": "z2"}, CapacityBytes: 10 * gi},
-			{Topology: map[string]string{"zone": "z3"}, CapacityBytes: 10 * gi},
-		},
-	}
-	d, err := driver.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("mock driver: %v", err)
-	}
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return d, csi.NewControllerClient(conn)
+	return testdriver.StartController(t, ctx, "capacity", nil)
 }
 
 func zoneTopo(zones ...string) []*csi.Topology {

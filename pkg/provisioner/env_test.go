@@ -3,15 +3,12 @@ package provisioner
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,6 +24,7 @@ import (
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v10/controller"
 
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/optionalapi"
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testdriver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testobjects"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/informercache"
@@ -75,43 +73,7 @@ func (r *recordingCSI) lastCreate(t *testing.T) *csi.CreateVolumeRequest {
 // startMock serves a mock driver controller in-process on a unix socket.
 func startMock(t *testing.T, ctx context.Context, mutate func(*driver.Config)) (*driver.Driver, csi.ControllerClient) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "prov")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "csi.sock")
-	cfg := driver.Config{
-		Endpoint: "unix://" + socket,
-		Mode:     driver.ModeController,
-		Segments: []driver.SegmentConfig{
-			{Topology: map[string]string{"zone": "z1"}, CapacityBytes: 10 * gi},
-			{Topology: map[string]string{"zone": "z2"}, CapacityBytes: 10 * gi},
-			{Topology: map[string]string{"zone": "z3"}, CapacityBytes: 10 * gi},
-		},
-	}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	d, err := driver.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("mock driver: %v", err)
-	}
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return d, csi.NewControllerClient(conn)
+	return testdriver.StartController(t, ctx, "prov", mutate)
 }
 
 // env is a Provisioner over a fake clientset with real informers and the

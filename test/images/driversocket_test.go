@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testdriver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/test/harness/controlplane"
@@ -146,19 +147,7 @@ func startRootDriver(t *testing.T, socket string, probeDelay time.Duration) {
 	if probeDelay > 0 {
 		cfg.Faults = []faults.Rule{{Method: "Probe", Latency: faults.Duration(probeDelay)}}
 	}
-	d, err := driver.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("mock driver: %v", err)
-	}
+	testdriver.Start(t, ctx, cfg)
 	if err := os.Chmod(socket, 0o755); err != nil {
 		t.Fatal(err)
 	}
