@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -118,25 +117,6 @@ type Cluster struct {
 	kcmRestarts int
 }
 
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // Start builds (or reuses) the binaries and starts a control plane. On error
 // everything started is stopped again.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
@@ -170,7 +150,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	start := time.Now()
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return c, err
 	}
@@ -187,7 +167,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	// The controllers' ports are picked just before they listen, not
 	// before the API server's start-up: in those seconds another test
 	// package's process could take a port picked free.
-	ctlPorts, err := freePorts(2)
+	ctlPorts, err := FreePorts(2)
 	if err != nil {
 		return c, err
 	}

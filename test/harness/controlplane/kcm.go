@@ -26,7 +26,7 @@ func (c *Cluster) StopControllerManager() {
 // plane) may have taken the old one, and that one's /healthz would answer
 // for a kube-controller-manager that failed to start.
 func (c *Cluster) StartControllerManager(ctx context.Context) error {
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		return err
 	}

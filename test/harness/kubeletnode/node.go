@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -86,7 +85,7 @@ func newNode(c *controlplane.Cluster, bins Binaries, host Host, dir, name string
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
 		s.release()
 		return nil, err
@@ -215,17 +214,4 @@ func httpOK(ctx context.Context, url string) error {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

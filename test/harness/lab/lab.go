@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -174,15 +173,6 @@ func (l *Lab) binaries(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 func (l *Lab) startController() error {
@@ -505,8 +495,11 @@ func AdminCall(ctx context.Context, base, method, path string, in, out any) erro
 	return nil
 }
 
-// FreeAddr returns a free 127.0.0.1:port.
-func FreeAddr() (string, error) { return freeAddr() }
+// FreeAddr returns a free 127.0.0.1:port that no earlier call of this
+// process returned (controlplane.FreePorts).
+func FreeAddr() (string, error) { return controlplane.FreeAddr() }
+
+func freeAddr() (string, error) { return controlplane.FreeAddr() }
 
 // ZonesAndRacks is the lab of the packages that split test/e2e by concern
 // (test/e2e, test/e2estock, test/e2epublisher): zones z1–z3 with racks r1
