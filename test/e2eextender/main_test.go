@@ -5,7 +5,6 @@ package e2eextender
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,13 +47,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	var err error
+	if addr, err = lab.FreeAddr(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	addr = ln.Addr().String()
-	ln.Close()
 	if healthAddr, err = lab.FreeAddr(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
