@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testdriver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 )
 
@@ -47,16 +48,8 @@ func startNodeDriver(t *testing.T, ctx context.Context, maxVolumes int64) Driver
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "csi.sock")
-	d, err := driver.New(driver.Config{Endpoint: "unix://" + sock, Mode: driver.ModeNode, NodeID: "node-id-1",
+	testdriver.Start(t, ctx, driver.Config{Endpoint: "unix://" + sock, Mode: driver.ModeNode, NodeID: "node-id-1",
 		NodeTopology: map[string]string{"zone": "z1", "rack": "r2"}, MaxVolumesPerNode: maxVolumes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-d.Ready()
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
