@@ -11,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/csi-topology-provisioner/csi-topology-provisioner/internal/testdriver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/driver"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/mock-driver/faults"
 	"github.com/csi-topology-provisioner/csi-topology-provisioner/pkg/driverconn"
@@ -59,17 +60,9 @@ func connectSlowProbe(t *testing.T, cfg config, delay time.Duration) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	socket := filepath.Join(dir, "csi.sock")
-	d, err := driver.New(driver.Config{Endpoint: "unix://" + socket, Mode: driver.ModeController,
+	testdriver.Start(t, ctx, driver.Config{Endpoint: "unix://" + socket, Mode: driver.ModeController,
 		Segments: []driver.SegmentConfig{{Topology: map[string]string{"zone": "z1"}, CapacityBytes: 1 << 30}},
 		Faults:   []faults.Rule{{Method: "Probe", Latency: faults.Duration(delay)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
-	<-d.Ready()
 
 	// Bounded, so that a Probe timeout shorter than the delay (retried
 	// forever) fails the test instead of hanging it.

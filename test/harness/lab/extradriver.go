@@ -54,7 +54,7 @@ func (l *Lab) StartExtraDriver(ctx context.Context, spec ExtraDriverSpec) (*Extr
 	if _, err := l.Cluster.CreateNode(ctx, spec.Node, spec.NodeLabels, nil); err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -196,7 +196,7 @@ func (l *Lab) startController() error {
 	if err := os.WriteFile(segFile, data, 0o644); err != nil {
 		return err
 	}
-	addr, err := freeAddr()
+	addr, err := FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -498,8 +498,6 @@ func AdminCall(ctx context.Context, base, method, path string, in, out any) erro
 // FreeAddr returns a free 127.0.0.1:port that no earlier call of this
 // process returned (controlplane.FreePorts).
 func FreeAddr() (string, error) { return controlplane.FreeAddr() }
-
-func freeAddr() (string, error) { return controlplane.FreeAddr() }
 
 // ZonesAndRacks is the lab of the packages that split test/e2e by concern
 // (test/e2e, test/e2estock, test/e2epublisher): zones z1–z3 with racks r1

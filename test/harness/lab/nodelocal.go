@@ -146,11 +146,11 @@ func (nl *NodeLocalLab) addNode(ctx context.Context, name string) (*LocalNode, e
 		return nil, err
 	}
 	nl.Nodes[name] = ""
-	adminAddr, err := freeAddr()
+	adminAddr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	httpAddr, err := freeAddr()
+	httpAddr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func (nl *NodeLocalLab) StartRouter(ctx context.Context) error {
 			return err
 		}
 	}
-	addr, err := freeAddr()
+	addr, err := FreeAddr()
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,7 @@ func (l *Lab) StartSecondScheduler(ctx context.Context, binary string) (*control
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}

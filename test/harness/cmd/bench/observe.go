@@ -118,25 +118,21 @@ func (o *observer) sampleMachine() *machineSample {
 }
 
 func (o *observer) pvAdd(obj any) {
-	o.pvEvent(obj, o.pvAdded, &o.cpuFirstPV, &o.cpuLastPV)
-	o.mu.Lock()
-	if len(o.pvAdded) == o.want && o.atAllPVs == nil {
-		o.atAllPVs = o.sampleMachine()
-	}
-	o.mu.Unlock()
+	o.pvEvent(obj, o.pvAdded, &o.cpuFirstPV, &o.cpuLastPV, &o.atAllPVs)
 }
 
 func (o *observer) pvDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	o.pvEvent(obj, o.pvGone, &o.cpuFirstGone, &o.cpuLastGon)
+	o.pvEvent(obj, o.pvGone, &o.cpuFirstGone, &o.cpuLastGon, nil)
 }
 
 // pvEvent records the first time a PV of the run's namespace is seen in
 // seen (added or gone), and samples the CPU at the first and at the wanted
-// count into first and last.
-func (o *observer) pvEvent(obj any, seen map[string]time.Time, first, last *float64) {
+// count into first and last, and the machine at the wanted count into
+// atAll when set.
+func (o *observer) pvEvent(obj any, seen map[string]time.Time, first, last *float64, atAll **machineSample) {
 	pv, ok := obj.(*v1.PersistentVolume)
 	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != o.ns {
 		return
@@ -156,6 +152,9 @@ func (o *observer) pvEvent(obj any, seen map[string]time.Time, first, last *floa
 		}
 	case o.want:
 		*last = o.sample()
+	}
+	if len(seen) == o.want && atAll != nil {
+		*atAll = o.sampleMachine()
 	}
 	o.notify()
 }
